@@ -1,0 +1,76 @@
+"""boto3 clients with one retry/timeout policy and a per-operation call counter.
+
+Only modules under ``hyperpod_debugger.aws`` import boto3. Clients are built lazily, per run,
+never at import time, so tests and the demo can point them at moto through
+``AWS_ENDPOINT_URL`` (which boto3 honours by itself).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from hyperpod_debugger import __version__
+
+#: boto3 service name -> IAM action prefix. Service Quotas is the odd one: the IAM prefix is
+#: ``servicequotas`` while the SDK service is ``service-quotas``.
+IAM_PREFIX: dict[str, str] = {
+    "sagemaker": "sagemaker",
+    "ec2": "ec2",
+    "eks": "eks",
+    "logs": "logs",
+    "service-quotas": "servicequotas",
+    "sts": "sts",
+}
+
+
+def iam_action(service: str, operation: str) -> str:
+    return f"{IAM_PREFIX.get(service, service)}:{operation}"
+
+
+class AwsClients:
+    """A cache of configured clients for one region, counting every logical API call.
+
+    ``max_attempts`` covers throttling: botocore's *adaptive* mode retries throttled calls
+    with backoff and also rate-limits the client so a 20,000-node listing slows down instead
+    of failing.
+    """
+
+    def __init__(
+        self,
+        region: str,
+        *,
+        session: boto3.session.Session | None = None,
+        max_attempts: int = 8,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 30.0,
+    ) -> None:
+        self.region = region
+        self._session = session or boto3.session.Session(region_name=region)
+        self._config = Config(
+            region_name=region,
+            retries={"mode": "adaptive", "max_attempts": max_attempts},
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            user_agent_extra=f"hyperpod-debugger/{__version__}",
+        )
+        self._clients: dict[tuple[str, str], Any] = {}
+        self.calls: Counter[str] = Counter()
+
+    def client(self, service: str, region: str | None = None) -> Any:
+        key = (service, region or self.region)
+        if key not in self._clients:
+            config = self._config.merge(Config(region_name=key[1]))
+            client = self._session.client(service, region_name=key[1], config=config)
+            client.meta.events.register("before-call", self._count(service))
+            self._clients[key] = client
+        return self._clients[key]
+
+    def _count(self, service: str) -> Any:
+        def handler(model: Any, **_: Any) -> None:
+            self.calls[iam_action(service, model.name)] += 1
+
+        return handler

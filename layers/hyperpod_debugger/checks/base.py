@@ -1,0 +1,74 @@
+"""What every check shares: the run context, the check descriptor and a finding builder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.observations import ClusterObservation
+
+
+@dataclass(frozen=True, slots=True)
+class CheckContext:
+    """Inputs a check may need besides the observation. Checks never read the clock themselves."""
+
+    now: datetime
+    scope_node: str | None = None
+    event_window: timedelta = timedelta(hours=24)
+    log_window: timedelta = timedelta(days=7)
+    #: hardware Xid codes seen this many times on one instance within the log window -> replace
+    xid_repeat_threshold: int = 2
+
+
+CheckFn = Callable[[ClusterObservation, CheckContext], list[Finding]]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    id: str
+    section: str
+    title: str
+    run: CheckFn
+
+
+def finding(
+    obs: ClusterObservation,
+    check: str,
+    tag: Tag,
+    message: str,
+    *,
+    priority: Priority | None = None,
+    section: str | None = None,
+    instance_id: str | None = None,
+    instance_group: str | None = None,
+    evidence: list[str] | None = None,
+    root_cause: str | None = None,
+    suggested_commands: list[SuggestedCommand] | None = None,
+    **extra: Any,
+) -> Finding:
+    """Build a finding with the cluster identity filled in from the observation."""
+    return Finding(
+        tag=tag,
+        priority=priority,
+        check=check,
+        section=section,
+        message=message,
+        cluster_arn=obs.cluster.arn,
+        cluster_name=obs.cluster.name,
+        instance_id=instance_id,
+        instance_group=instance_group,
+        evidence=evidence or [],
+        root_cause=root_cause,
+        suggested_commands=suggested_commands or [],
+        **extra,
+    )
+
+
+def trim_evidence(lines: list[str], limit: int = 20) -> list[str]:
+    """Keep evidence readable without hiding that more exists."""
+    if len(lines) <= limit:
+        return lines
+    return [*lines[:limit], f"… and {len(lines) - limit} more"]

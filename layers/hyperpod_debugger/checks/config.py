@@ -1,0 +1,120 @@
+"""Instance-group configuration: ThreadsPerCore against the instance type's vCPUs (section J)."""
+
+from __future__ import annotations
+
+from hyperpod_debugger.aws_types import ec2_type
+from hyperpod_debugger.checks.base import Check, CheckContext, finding
+from hyperpod_debugger.model import Finding, Priority, Tag
+from hyperpod_debugger.observations import ClusterObservation
+from hyperpod_debugger.suggest import aws_argv, mutating, read_only
+
+
+def check_threads_per_core(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
+    types = obs.instance_types.get()
+    c = obs.cluster
+    out: list[Finding] = []
+    for g in c.instance_groups:
+        info = types.get(ec2_type(g.instance_type))
+        if info is None:
+            out.append(
+                finding(
+                    obs,
+                    "config.threads_per_core",
+                    Tag.UNKNOWN,
+                    f"EC2 does not describe {g.instance_type}; the vCPU count of group {g.name} cannot be checked",
+                    priority=Priority.P2,
+                    section="J",
+                    instance_group=g.name,
+                )
+            )
+            continue
+        if g.threads_per_core is None or not info.default_cores:
+            continue
+        vcpus = info.default_cores * g.threads_per_core
+        evidence = [
+            f"InstanceGroup {g.name}: InstanceType={g.instance_type} ThreadsPerCore={g.threads_per_core}",
+            f"EC2 {info.instance_type}: DefaultVCpus={info.default_vcpus} DefaultCores={info.default_cores} "
+            f"ValidThreadsPerCore={list(info.valid_threads_per_core)}",
+        ]
+        if info.valid_threads_per_core and g.threads_per_core not in info.valid_threads_per_core:
+            out.append(
+                finding(
+                    obs,
+                    "config.threads_per_core",
+                    Tag.FAIL,
+                    f"Group {g.name} sets ThreadsPerCore={g.threads_per_core}, "
+                    f"which {g.instance_type} does not support",
+                    priority=Priority.P1,
+                    section="J",
+                    instance_group=g.name,
+                    evidence=evidence,
+                )
+            )
+        elif vcpus < info.default_vcpus:
+            out.append(
+                finding(
+                    obs,
+                    "config.threads_per_core",
+                    Tag.WARN,
+                    f"Group {g.name} runs {g.instance_type} with {vcpus} of {info.default_vcpus} vCPUs "
+                    f"(ThreadsPerCore={g.threads_per_core})",
+                    priority=Priority.P2,
+                    section="J",
+                    instance_group=g.name,
+                    evidence=evidence,
+                    root_cause="Hyper-threading is off for this group (ThreadsPerCore=1), often a console default.",
+                    suggested_commands=[
+                        read_only(
+                            aws_argv(
+                                "sagemaker",
+                                "describe-cluster",
+                                c.region,
+                                "--cluster-name",
+                                c.name,
+                                "--query",
+                                "InstanceGroups",
+                            ),
+                            "Save the current definition of every instance group",
+                        ),
+                        mutating(
+                            aws_argv(
+                                "sagemaker",
+                                "update-cluster",
+                                c.region,
+                                "--cluster-name",
+                                c.name,
+                                "--instance-groups",
+                                "file://instance-groups.json",
+                            ),
+                            f"Set ThreadsPerCore={info.default_threads_per_core or 2} on group {g.name}",
+                            blast_radius=(
+                                f"Every node of group {g.name} is replaced to apply the change: their root and "
+                                "secondary volumes are destroyed and running jobs stop."
+                            ),
+                            changes_configuration=True,
+                            preconditions=[
+                                "instance-groups.json lists EVERY group of the cluster, copied field by field "
+                                "from describe-cluster: UpdateCluster replaces the whole list.",
+                                "Only ThreadsPerCore of this group differs from the current definition.",
+                                "Data on the group's node volumes is saved elsewhere.",
+                            ],
+                        ),
+                    ],
+                )
+            )
+    if not any(f.is_problem for f in out):
+        out.append(
+            finding(
+                obs,
+                "config.threads_per_core",
+                Tag.PASS,
+                "Every instance group uses all vCPUs of its instance type",
+                section="J",
+            )
+        )
+    return out
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("config.threads_per_core", "J", "ThreadsPerCore and vCPU count", check_threads_per_core),
+)

@@ -1,0 +1,142 @@
+"""The ordered list of cluster-level checks and the runner that turns their outcomes into
+findings and coverage.
+
+A check that could not see its input is *unknown*, never passed; a check that does not apply
+is *skipped* with the reason. Access denied on any API becomes one ``Missing IAM permission
+<action>`` finding per action, pointing at the section of the check it blocked.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from hyperpod_debugger.checks import capacity, cluster, config, eks, events, logs, network, nodes, vpc
+from hyperpod_debugger.checks.base import Check, CheckContext
+from hyperpod_debugger.model import CheckCoverage, CheckStatus, Finding, Priority, Tag
+from hyperpod_debugger.observations import ClusterObservation, NotApplicable, Unobservable
+
+LOG = logging.getLogger(__name__)
+
+ALL_CHECKS: tuple[Check, ...] = (
+    *cluster.CHECKS,
+    *nodes.CHECKS,
+    *events.CHECKS,
+    *network.CHECKS,
+    *vpc.CHECKS,
+    *eks.CHECKS,
+    *capacity.CHECKS,
+    *config.CHECKS,
+    *logs.CHECKS,
+)
+
+#: Where a missing permission points when no check claimed it (every action we call is listed).
+ACTION_SECTIONS: dict[str, str] = {
+    "sagemaker:DescribeCluster": "F",
+    "sagemaker:ListClusters": "F",
+    "sagemaker:ListClusterNodes": "F",
+    "sagemaker:DescribeClusterNode": "F",
+    "sagemaker:ListClusterEvents": "F",
+    "sagemaker:DescribeClusterEvent": "F",
+    "ec2:DescribeSecurityGroups": "A",
+    "ec2:DescribeSubnets": "B.1",
+    "ec2:DescribeVpcAttribute": "B.2",
+    "ec2:DescribeRouteTables": "B.3",
+    "ec2:DescribeVpcEndpoints": "B.4",
+    "ec2:DescribeNetworkInterfaces": "B.1",
+    "ec2:DescribeInstanceTypes": "J",
+    "ec2:DescribeInstanceTypeOfferings": "C",
+    "servicequotas:GetServiceQuota": "B.1",
+    "eks:DescribeCluster": "B.5",
+    "logs:DescribeLogGroups": "L",
+    "logs:FilterLogEvents": "D",
+    "logs:GetLogEvents": "D",
+    "sts:GetCallerIdentity": "K",
+}
+
+
+def run_checks(
+    obs: ClusterObservation, ctx: CheckContext, checks: tuple[Check, ...] = ALL_CHECKS
+) -> tuple[list[Finding], list[CheckCoverage]]:
+    findings: list[Finding] = []
+    coverage: list[CheckCoverage] = []
+    denied_by: dict[str, Check] = {}
+    for check in checks:
+        try:
+            produced = check.run(obs, ctx)
+        except NotApplicable as exc:
+            coverage.append(CheckCoverage(check=check.id, status=CheckStatus.SKIPPED, reason=str(exc)))
+            continue
+        except Unobservable as exc:
+            coverage.append(CheckCoverage(check=check.id, status=CheckStatus.UNKNOWN, reason=exc.failure.describe()))
+            if exc.failure.kind == "denied":
+                denied_by.setdefault(exc.failure.action, check)
+            else:
+                findings.append(_could_not_check(obs, check, exc))
+            continue
+        except Exception as exc:  # noqa: BLE001 - outermost boundary of one check: report, never crash the run
+            LOG.exception("check %s raised", check.id)
+            coverage.append(
+                CheckCoverage(check=check.id, status=CheckStatus.UNKNOWN, reason=f"internal error: {exc!r}")
+            )
+            findings.append(
+                Finding(
+                    tag=Tag.UNKNOWN,
+                    priority=Priority.P2,
+                    check=check.id,
+                    section=check.section,
+                    message=f"{check.title}: internal error in this check ({type(exc).__name__}); result unknown",
+                    cluster_arn=obs.cluster.arn,
+                    cluster_name=obs.cluster.name,
+                    evidence=[repr(exc)],
+                )
+            )
+            continue
+        findings.extend(produced)
+        partial = any(f.tag is Tag.UNKNOWN for f in produced)
+        coverage.append(
+            CheckCoverage(
+                check=check.id,
+                status=CheckStatus.RAN,
+                reason="some inputs could not be read" if partial else None,
+            )
+        )
+    findings = _permission_findings(obs, denied_by) + findings
+    return findings, coverage
+
+
+def _could_not_check(obs: ClusterObservation, check: Check, exc: Unobservable) -> Finding:
+    # We did not look, so we say so; priority P1 because "could not verify" must not read as healthy.
+    return Finding(
+        tag=Tag.UNKNOWN,
+        priority=Priority.P1,
+        check=check.id,
+        section=check.section,
+        message=f"Could not check {check.title.lower()}: {exc.failure.describe()}",
+        cluster_arn=obs.cluster.arn,
+        cluster_name=obs.cluster.name,
+        evidence=[exc.failure.message] if exc.failure.message else [],
+    )
+
+
+def _permission_findings(obs: ClusterObservation, denied_by: dict[str, Check]) -> list[Finding]:
+    actions = dict.fromkeys([*denied_by, *(f.action for f in obs.failures if f.kind == "denied")])
+    out = []
+    for action in actions:
+        check = denied_by.get(action)
+        blocked = f" (blocked: {check.title.lower()})" if check else ""
+        out.append(
+            Finding(
+                tag=Tag.WARN,
+                priority=Priority.P1,
+                check="iam.permission",
+                section=check.section if check else ACTION_SECTIONS.get(action, "K"),
+                message=f"Missing IAM permission {action}{blocked}",
+                cluster_arn=obs.cluster.arn,
+                cluster_name=obs.cluster.name,
+                evidence=[next(f.message for f in obs.failures if f.action == action and f.kind == "denied")]
+                if any(f.action == action and f.kind == "denied" for f in obs.failures)
+                else [],
+                root_cause=f"The identity running the triage is not allowed to call {action}.",
+            )
+        )
+    return out

@@ -1,0 +1,142 @@
+"""``hyperpod-debugger``: triage | demo | schema | iam-policy.
+
+Exit codes of ``triage``: 0 no P0/P1 problem; 1 a P0/P1 problem, missing credentials or
+cluster not found; 2 invalid arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import timedelta
+
+from hyperpod_debugger import __version__, validate
+
+EXIT_INVALID = 2
+
+
+def _hours(value: str) -> timedelta:
+    try:
+        hours = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of hours") from exc
+    if not 0 < hours <= 24 * 90:
+        raise argparse.ArgumentTypeError("the window must be between 0 and 2160 hours")
+    return timedelta(hours=hours)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hyperpod-debugger",
+        description="Read-only triage for Amazon SageMaker HyperPod clusters and nodes.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    triage = sub.add_parser("triage", help="run the cluster-level checks against one cluster")
+    triage.add_argument("--cluster", required=True, help="HyperPod cluster name or ARN")
+    triage.add_argument("--region", help="AWS Region (default: the ARN's, then AWS_DEFAULT_REGION/AWS_REGION)")
+    triage.add_argument("--node", help="focus on one node (EC2 instance id)")
+    triage.add_argument(
+        "--since-hours",
+        type=_hours,
+        default=timedelta(hours=24),
+        dest="event_window",
+        help="cluster-event window in hours (default 24)",
+    )
+    triage.add_argument(
+        "--log-days",
+        type=lambda v: _hours(str(float(v) * 24)),
+        default=timedelta(days=7),
+        dest="log_window",
+        help="health-agent log window in days (default 7)",
+    )
+    triage.add_argument("--json", action="store_true", help="print the JSON report (documented schema)")
+    triage.add_argument("--no-color", action="store_true", help="never colour the text report")
+
+    demo = sub.add_parser("demo", help="triage two simulated clusters in an embedded moto server (no AWS account)")
+    demo.add_argument("--json", action="store_true")
+    demo.add_argument("--no-color", action="store_true")
+
+    sub.add_parser("schema", help="print the JSON schema of the triage report")
+    sub.add_parser("iam-policy", help="print the read-only IAM policy the triage needs")
+    return parser
+
+
+def _region(args: argparse.Namespace) -> str:
+    from_arn = validate.region_of_arn(args.cluster)
+    region = args.region or from_arn or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
+    if not region:
+        raise validate.InvalidArgument("no Region: pass --region or set AWS_DEFAULT_REGION")
+    region = validate.region(region)
+    if from_arn and from_arn != region:
+        raise validate.InvalidArgument(f"the cluster ARN is in {from_arn} but --region is {region}")
+    return region
+
+
+def _use_colour(args: argparse.Namespace) -> bool:
+    return (
+        not args.no_color and sys.stdout.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+    )
+
+
+def cmd_triage(args: argparse.Namespace) -> int:
+    from hyperpod_debugger.render import render_json, render_text
+    from hyperpod_debugger.triage import TriageRequest, run_triage
+
+    try:
+        cluster = validate.cluster(args.cluster)
+        region = _region(args)
+        node = validate.instance_id(args.node) if args.node else None
+    except validate.InvalidArgument as exc:
+        print(f"hyperpod-debugger triage: error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    report = run_triage(
+        TriageRequest(
+            cluster=cluster, region=region, node=node, event_window=args.event_window, log_window=args.log_window
+        )
+    )
+    sys.stdout.write(render_json(report) if args.json else render_text(report, colour=_use_colour(args)))
+    if report.error is not None and not args.json:
+        print(f"hyperpod-debugger: {report.error.message}", file=sys.stderr)
+    return report.exit_code
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    try:
+        from hyperpod_debugger.sim.demo import run_demo
+    except ImportError as exc:  # moto is an optional extra
+        print(f"the demo needs the 'demo' extra (pip install 'hyperpod-debugger[demo]'): {exc}", file=sys.stderr)
+        return 1
+    return run_demo(json_output=args.json, colour=_use_colour(args))
+
+
+def cmd_schema(_: argparse.Namespace) -> int:
+    from hyperpod_debugger.model import TriageReport
+
+    print(json.dumps(TriageReport.model_json_schema(), indent=2))
+    return 0
+
+
+def cmd_iam_policy(_: argparse.Namespace) -> int:
+    from hyperpod_debugger.aws.iam import policy_json
+
+    sys.stdout.write(policy_json())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handler = {
+        "triage": cmd_triage,
+        "demo": cmd_demo,
+        "schema": cmd_schema,
+        "iam-policy": cmd_iam_policy,
+    }[args.command]
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""The finding model and the triage report: the contract every face of the product renders.
+
+A :class:`Finding` is one observation about one cluster (and, where it applies, one node),
+carrying the evidence it rests on and the commands an operator may run. The JSON form of a
+:class:`TriageReport` is a documented, versioned schema (``references/triage-report.schema.json``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from hyperpod_debugger.sections import is_section, pointer
+
+SCHEMA_VERSION = 1
+
+
+class Tag(StrEnum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    WARN = "WARN"
+    INFO = "INFO"
+    #: We could not look (access denied, timeout, unreachable, malformed answer). Never a verdict.
+    UNKNOWN = "UNKNOWN"
+
+
+class Priority(StrEnum):
+    P0 = "P0"  # blocks operation
+    P1 = "P1"  # degraded
+    P2 = "P2"  # informational
+
+
+PROBLEM_TAGS = frozenset({Tag.FAIL, Tag.WARN, Tag.UNKNOWN})
+
+
+class SuggestedCommand(BaseModel):
+    """A command we never run ourselves; the operator may, after reading the conditions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    command: str = Field(description="Shell command with real ids filled in, every value shell-quoted.")
+    purpose: str = Field(description="What running it achieves, one line.")
+    mutates: bool = Field(description="True when the command changes cluster, node, network or workload state.")
+    blast_radius: str | None = Field(
+        default=None, description="What else the command affects; required when it mutates."
+    )
+    iac_warning: str | None = Field(
+        default=None,
+        description="Drift warning, present when the command changes cluster/VPC/SG/EKS configuration.",
+    )
+    preconditions: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _mutating_commands_state_their_reach(self) -> SuggestedCommand:
+        if self.mutates and not self.blast_radius:
+            raise ValueError("a mutating suggested command must state its blast radius")
+        return self
+
+
+class Finding(BaseModel):
+    """One result of one check."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tag: Tag
+    priority: Priority | None = None
+    check: str = Field(pattern=r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$", description="Stable check id.")
+    section: str | None = Field(default=None, description="Runbook section id such as 'B.2' (no '§').")
+    message: str
+    cluster_arn: str | None = None
+    cluster_name: str | None = None
+    instance_id: str | None = None
+    instance_group: str | None = None
+    evidence: list[str] = Field(default_factory=list, description="Verbatim lines the finding rests on.")
+    root_cause: str | None = None
+    suggested_commands: list[SuggestedCommand] = Field(default_factory=list)
+
+    @field_validator("message")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        value = " ".join(value.split())
+        if not value:
+            raise ValueError("message must not be empty")
+        return value
+
+    @field_validator("section")
+    @classmethod
+    def _known_section(cls, value: str | None) -> str | None:
+        if value is not None and not is_section(value):
+            raise ValueError(f"unknown runbook section {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _problems_are_prioritised_and_routed(self) -> Finding:
+        if self.tag in PROBLEM_TAGS:
+            if self.priority is None:
+                raise ValueError(f"a {self.tag} finding needs a priority")
+            if self.section is None:
+                raise ValueError(f"a {self.tag} finding needs a runbook section")
+        if self.tag is Tag.PASS and self.priority is not None:
+            raise ValueError("a PASS finding carries no priority")
+        if self.tag is Tag.UNKNOWN and any(c.mutates for c in self.suggested_commands):
+            raise ValueError("an UNKNOWN finding may only suggest read-only commands")
+        return self
+
+    @property
+    def is_problem(self) -> bool:
+        return self.tag in PROBLEM_TAGS
+
+    @property
+    def blocks_or_degrades(self) -> bool:
+        return self.is_problem and self.priority in (Priority.P0, Priority.P1)
+
+    def pointer(self) -> str | None:
+        return pointer(self.section) if self.section else None
+
+
+class CheckStatus(StrEnum):
+    RAN = "ran"
+    SKIPPED = "skipped"
+    UNKNOWN = "unknown"
+
+
+class CheckCoverage(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    check: str
+    status: CheckStatus
+    reason: str | None = None
+
+
+class Coverage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    checks: list[CheckCoverage] = Field(default_factory=list)
+    api_calls: dict[str, int] = Field(
+        default_factory=dict, description="Logical AWS API calls made, keyed by IAM action name."
+    )
+
+
+class ClusterRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    arn: str | None = None
+    cluster_id: str | None = None
+    region: str
+    account_id: str | None = None
+    status: str | None = None
+    orchestrator: Literal["EKS", "Slurm", "Unknown"] | None = None
+    eks_cluster_arn: str | None = None
+    node_count: int | None = None
+
+
+class RunError(BaseModel):
+    """A fatal condition that stopped the triage before any check could run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["credentials", "cluster_not_found", "endpoint", "invalid_argument", "internal"]
+    message: str
+    clusters_in_region: list[str] = Field(default_factory=list)
+
+
+class Summary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    P0: int = 0
+    P1: int = 0
+    P2: int = 0
+    unknown: int = 0
+    passed: int = 0
+
+
+class TriageReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    tool_version: str
+    generated_at: str = Field(description="UTC ISO-8601 time the triage ran.")
+    cluster: ClusterRef
+    scope_node: str | None = Field(default=None, description="Instance id given with --node.")
+    findings: list[Finding] = Field(default_factory=list)
+    coverage: Coverage = Field(default_factory=Coverage)
+    summary: Summary = Field(default_factory=Summary)
+    error: RunError | None = None
+    exit_code: Literal[0, 1, 2]
+
+    @staticmethod
+    def summarise(findings: list[Finding]) -> Summary:
+        summary = Summary()
+        for finding in findings:
+            if finding.tag is Tag.PASS:
+                summary.passed += 1
+            if finding.tag is Tag.UNKNOWN:
+                summary.unknown += 1
+            if finding.is_problem and finding.priority is not None:
+                setattr(summary, finding.priority.value, getattr(summary, finding.priority.value) + 1)
+        return summary
+
+    @staticmethod
+    def exit_code_for(findings: list[Finding], error: RunError | None = None) -> int:
+        if error is not None:
+            return 2 if error.kind == "invalid_argument" else 1
+        return 1 if any(f.blocks_or_degrades for f in findings) else 0

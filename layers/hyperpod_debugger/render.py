@@ -1,0 +1,148 @@
+"""Render a triage report as text (the seed's line contract) or JSON (the documented schema)."""
+
+from __future__ import annotations
+
+import json
+
+from hyperpod_debugger.model import CheckStatus, Finding, Priority, Tag, TriageReport
+
+_COLOURS = {
+    Tag.PASS: "\033[32m",
+    Tag.FAIL: "\033[31m",
+    Tag.WARN: "\033[33m",
+    Tag.INFO: "\033[36m",
+    Tag.UNKNOWN: "\033[35m",
+}
+_RESET = "\033[0m"
+_BOLD = "\033[1m"
+
+_AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Permissions", ("iam",)),
+    ("Cluster", ("cluster",)),
+    ("Nodes", ("nodes",)),
+    ("Network (EFA, VPC, EKS)", ("network", "vpc", "eks")),
+    ("Capacity and configuration", ("capacity", "config")),
+    ("CloudWatch logs (lifecycle scripts, health agent)", ("logs",)),
+)
+_PRIORITY_HEADINGS = {
+    Priority.P0: "P0 — blocks operation, fix now",
+    Priority.P1: "P1 — degraded, fix soon",
+    Priority.P2: "P2 — informational",
+}
+
+
+def finding_line(f: Finding, colour: bool = False) -> str:
+    """``[FAIL] P0 <message> → references/node-diagnostics-detail.md § A``"""
+    tag = f"[{f.tag.value}]"
+    if colour:
+        tag = f"{_COLOURS[f.tag]}{tag}{_RESET}"
+    parts = [tag]
+    if f.priority is not None and f.tag is not Tag.PASS:
+        parts.append(f.priority.value)
+    parts.append(f.message)
+    line = " ".join(parts)
+    if f.section and f.tag is not Tag.PASS:
+        line += f" → {f.pointer()}"
+    return line
+
+
+def _finding_block(f: Finding, colour: bool) -> list[str]:
+    lines = [finding_line(f, colour)]
+    if not f.is_problem:
+        return lines
+    for item in f.evidence:
+        lines.append(f"    | {item}")
+    if f.root_cause:
+        lines.append(f"    root cause: {f.root_cause}")
+    for cmd in f.suggested_commands:
+        header = "Suggested command (run this yourself)" if cmd.mutates else "Investigate (read-only)"
+        lines.append(f"    {header}: {cmd.purpose}")
+        lines.append(f"      $ {cmd.command}")
+        if cmd.mutates:
+            lines.append(f"      blast radius: {cmd.blast_radius}")
+            for pre in cmd.preconditions:
+                lines.append(f"      precondition: {pre}")
+            if cmd.iac_warning:
+                lines.append(f"      IaC: {cmd.iac_warning}")
+    return lines
+
+
+def _area(check: str) -> str:
+    prefix = check.split(".", 1)[0]
+    for title, prefixes in _AREAS:
+        if prefix in prefixes:
+            return title
+    return "Other"
+
+
+def render_text(report: TriageReport, colour: bool = False) -> str:
+    bold = (lambda s: f"{_BOLD}{s}{_RESET}") if colour else (lambda s: s)
+    c = report.cluster
+    out: list[str] = []
+    title = f"HyperPod triage: {c.name}"
+    if c.cluster_id:
+        title += f" ({c.cluster_id})"
+    meta = [c.region, c.orchestrator or "", c.status or ""]
+    if c.node_count is not None:
+        meta.append(f"{c.node_count} nodes")
+    if report.scope_node:
+        meta.append(f"focus {report.scope_node}")
+    out.append(bold(title + " · " + " · ".join(m for m in meta if m)))
+    out.append(f"generated {report.generated_at}")
+
+    if report.error is not None:
+        out.append("")
+        out.append(f"ERROR ({report.error.kind}): {report.error.message}")
+        if report.error.kind == "cluster_not_found":
+            if report.error.clusters_in_region:
+                out.append(f"Clusters in {c.region}:")
+                out.extend(f"  - {name}" for name in report.error.clusters_in_region)
+            else:
+                out.append(f"No HyperPod clusters are visible in {c.region}.")
+        out.append(f"exit code {report.exit_code}")
+        return "\n".join(out) + "\n"
+
+    for title_, _ in (*_AREAS, ("Other", ())):
+        block = [f for f in report.findings if _area(f.check) == title_]
+        if not block:
+            continue
+        out.append("")
+        out.append(bold(f"== {title_} =="))
+        for f in block:
+            out.extend(_finding_block(f, colour))
+
+    out.append("")
+    out.append(bold("== Summary =="))
+    problems = [f for f in report.findings if f.is_problem]
+    if not problems:
+        out.append("No problems found in the signals that could be read.")
+    else:
+        out.append(f"Problems found ({len(problems)}):")
+        for priority in Priority:
+            group = [f for f in problems if f.priority is priority]
+            if not group:
+                continue
+            out.append(f"  [{_PRIORITY_HEADINGS[priority]}]")
+            for f in group:
+                where = f" [{f.instance_id}]" if f.instance_id else ""
+                out.append(f"    → [{f.tag.value}] {f.message}{where} (§ {f.section})")
+    checks = report.coverage.checks
+    ran = sum(1 for x in checks if x.status is CheckStatus.RAN)
+    skipped = [x for x in checks if x.status is CheckStatus.SKIPPED]
+    unknown = [x for x in checks if x.status is CheckStatus.UNKNOWN]
+    out.append(
+        f"Coverage: {ran} check(s) ran, {len(skipped)} skipped, {len(unknown)} could not run; "
+        f"{sum(report.coverage.api_calls.values())} AWS API call(s)"
+    )
+    for x in skipped:
+        out.append(f"  skipped {x.check}: {x.reason}")
+    for x in unknown:
+        out.append(f"  unknown {x.check}: {x.reason}")
+    out.append(
+        f"Cluster: {c.name} | Region: {c.region} | Orchestrator: {c.orchestrator} | exit code {report.exit_code}"
+    )
+    return "\n".join(out) + "\n"
+
+
+def render_json(report: TriageReport) -> str:
+    return json.dumps(report.model_dump(mode="json"), indent=2) + "\n"

@@ -1,0 +1,280 @@
+"""The demo's two clusters: an EKS cluster with seeded faults in sections A, B.1–B.5, C, D, F,
+G and J, and a Slurm cluster that is mostly healthy (its PASS lines show what good looks like)
+with automatic recovery off and one failed node.
+
+Everything goes through the normal AWS APIs against moto (clients come from the product's own
+client factory), except the HyperPod fields moto cannot store, which ``seed`` injects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from moto.eks.models import eks_backends
+
+from hyperpod_debugger.aws.clients import AwsClients
+from hyperpod_debugger.sim import seed
+from hyperpod_debugger.sim.seed import GroupSpec, NodeState, SeededCluster
+
+REGION = "us-west-2"
+EKS_CLUSTER = "ml-eks-prod"
+SLURM_CLUSTER = "ml-slurm-train"
+
+
+@dataclass
+class Demo:
+    eks: SeededCluster
+    slurm: SeededCluster
+
+
+def _sg(ec2: Any, vpc_id: str, name: str) -> str:
+    return ec2.create_security_group(GroupName=name, Description=f"{name} (demo)", VpcId=vpc_id)["GroupId"]
+
+
+def _self_ref(group_id: str) -> list[dict[str, Any]]:
+    return [{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id, "Description": "node to node"}]}]
+
+
+def _route_table(ec2: Any, vpc_id: str, subnet_id: str, **default_route: str) -> str:
+    rtb = ec2.create_route_table(VpcId=vpc_id)["RouteTable"]["RouteTableId"]
+    ec2.associate_route_table(RouteTableId=rtb, SubnetId=subnet_id)
+    if default_route:
+        ec2.create_route(RouteTableId=rtb, DestinationCidrBlock="0.0.0.0/0", **default_route)
+    return rtb
+
+
+def _subnet(ec2: Any, vpc_id: str, cidr: str, az: str) -> str:
+    return ec2.create_subnet(VpcId=vpc_id, CidrBlock=cidr, AvailabilityZone=az)["Subnet"]["SubnetId"]
+
+
+def seed_eks_cluster(clients: AwsClients, now: datetime) -> SeededCluster:
+    ec2, eks, logs = clients.client("ec2"), clients.client("eks"), clients.client("logs")
+    sagemaker = clients.client("sagemaker")
+
+    vpc = ec2.create_vpc(CidrBlock="10.10.0.0/16")["Vpc"]["VpcId"]  # enableDnsHostnames stays false (B.2)
+    isolated = _subnet(ec2, vpc, "10.10.1.0/24", "us-west-2a")
+    public = _subnet(ec2, vpc, "10.10.2.0/24", "us-west-2b")
+    tiny = _subnet(ec2, vpc, "10.10.3.0/28", "us-west-2c")  # 11 free addresses (B.1); main route table
+    igw = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+    ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
+    isolated_rtb = _route_table(ec2, vpc, isolated)
+    public_rtb = _route_table(ec2, vpc, public, GatewayId=igw)  # a public subnet (B.3)
+    # Some endpoints exist, but not all that isolated subnets need, and the S3 gateway is only
+    # routed from the public table (B.4).
+    ec2.create_vpc_endpoint(
+        VpcId=vpc, ServiceName=f"com.amazonaws.{REGION}.s3", VpcEndpointType="Gateway", RouteTableIds=[public_rtb]
+    )
+    for service in ("ssm", "ssmmessages", "ec2messages", "logs"):
+        ec2.create_vpc_endpoint(
+            VpcId=vpc,
+            ServiceName=f"com.amazonaws.{REGION}.{service}",
+            VpcEndpointType="Interface",
+            SubnetIds=[isolated],
+        )
+    _ = isolated_rtb
+
+    nodes_sg = _sg(ec2, vpc, "ml-eks-prod-nodes")
+    # Ingress self-reference only; the default all-traffic egress to 0.0.0.0/0 remains (A).
+    ec2.authorize_security_group_ingress(GroupId=nodes_sg, IpPermissions=_self_ref(nodes_sg))
+    eks_sg = _sg(ec2, vpc, "eks-cluster-sg-ml-eks-prod")
+    # The EKS cluster SG admits the nodes on the kubelet port only, not on 443 (B.5).
+    ec2.authorize_security_group_ingress(
+        GroupId=eks_sg,
+        IpPermissions=[
+            {"IpProtocol": "tcp", "FromPort": 10250, "ToPort": 10250, "UserIdGroupPairs": [{"GroupId": nodes_sg}]}
+        ],
+    )
+
+    eks_name = f"{EKS_CLUSTER}-eks"
+    eks.create_cluster(
+        name=eks_name,
+        roleArn=f"arn:aws:iam::{seed.ACCOUNT}:role/eks-cluster-role",
+        resourcesVpcConfig={"subnetIds": [isolated, public], "securityGroupIds": []},
+    )
+    moto_eks = eks_backends[seed.ACCOUNT][REGION].clusters[eks_name]
+    moto_eks.resources_vpc_config = {
+        **moto_eks.resources_vpc_config,
+        "vpcId": vpc,
+        "clusterSecurityGroupId": eks_sg,
+        "endpointPublicAccess": True,
+        "endpointPrivateAccess": True,
+    }
+    seed.set_eks_access(REGION, eks_name, "API_AND_CONFIG_MAP")
+
+    groups = [
+        GroupSpec("gpu-workers", "ml.p5.48xlarge", count=4, target=6, threads_per_core=1),
+        GroupSpec("system", "ml.m5.2xlarge", count=1, threads_per_core=2),
+    ]
+    lifecycle_failure = (
+        'Instance {iid} failed to provision with the following error: "Lifecycle scripts did not run '
+        "successfully. Ensure the scripts exist in provided S3 path, are accessible, and run without errors. "
+        'Please see CloudWatch logs for lifecycle script execution details." Note that multiple instances may '
+        "be impacted."
+    )
+    failed_iid = seed.instance_id(f"{EKS_CLUSTER}/gpu-workers/2")
+    cluster = seed.create_cluster(
+        sagemaker,
+        REGION,
+        EKS_CLUSTER,
+        groups,
+        {"sgs": [nodes_sg], "subnets": [isolated, public, tiny]},
+        orchestrator={"Eks": {"ClusterArn": f"arn:aws:eks:{REGION}:{seed.ACCOUNT}:cluster/{eks_name}"}},
+        node_recovery="Automatic",
+        provisioning_mode="Continuous",
+        launch_time=now - timedelta(days=3),
+        node_states={
+            ("gpu-workers", 2): NodeState("Failure", lifecycle_failure.format(iid=failed_iid)),
+            ("gpu-workers", 3): NodeState("DeepHealthCheckInProgress", "Deep health checks are running"),
+        },
+    )
+    workers = cluster.nodes["gpu-workers"]
+
+    capacity = "We currently do not have sufficient capacity to launch new ml.p5.48xlarge instances. Please try again."
+    provision = f"Failed to provision EC2 Instance in Cluster {EKS_CLUSTER} and InstanceGroup gpu-workers"
+    for hours in (5, 2):
+        seed.add_event(
+            cluster,
+            when=now - timedelta(hours=hours),
+            level="Error",
+            description=provision,
+            group="gpu-workers",
+            failure_message=capacity,
+        )
+    seed.add_event(
+        cluster,
+        when=now - timedelta(hours=6),
+        level="Error",
+        group="gpu-workers",
+        instance=failed_iid,
+        description=f"Instance lifecycle script execution for EC2 Instance {failed_iid} has Failed. To view "
+        f"lifecycle script logs, visit log group {cluster.log_group}.",
+    )
+    for index, iid in enumerate(workers[:2]):
+        seed.add_event(
+            cluster,
+            when=now - timedelta(hours=7, minutes=index),
+            level="Info",
+            group="gpu-workers",
+            instance=iid,
+            description=f"Instance lifecycle script execution for EC2 Instance {iid} has Succeeded.",
+        )
+    seed.add_event(
+        cluster,
+        when=now - timedelta(days=3),
+        level="Error",
+        group="gpu-workers",
+        description=provision,
+        failure_message=capacity,
+    )  # outside the 24 h window
+
+    s3_timeout = (
+        'fatal error: Connect timeout on endpoint URL: "https://sagemaker-ml-eks-prod-lifecycle.s3.'
+        f'{REGION}.amazonaws.com/?list-type=2&prefix=&encoding-type=url"'
+    )
+    started = now - timedelta(hours=6, minutes=5)
+    seed.put_log_lines(
+        logs,
+        cluster.log_group,
+        f"LifecycleConfig/gpu-workers/{failed_iid}",
+        [
+            (started, "[start] on_create.sh"),
+            (started + timedelta(seconds=1), "+ aws s3 sync s3://sagemaker-ml-eks-prod-lifecycle/ /tmp/lcs"),
+            (started + timedelta(seconds=61), s3_timeout),
+            (started + timedelta(seconds=62), "[error] on_create.sh exited with status 1"),
+        ],
+    )
+    seed.put_log_lines(
+        logs,
+        cluster.log_group,
+        f"LifecycleConfig/gpu-workers/{workers[0]}",
+        [
+            (started, "[start] on_create.sh"),
+            (started + timedelta(seconds=1), "+ DISK_FOR_CONTAINERD_KUBELET=/opt/sagemaker"),
+            (started + timedelta(seconds=2), "[done] on_create.sh"),
+        ],
+    )
+    seed.put_log_lines(
+        logs,
+        cluster.log_group,
+        f"SagemakerHealthMonitoringAgent/gpu-workers/{workers[1]}",
+        [
+            (
+                now - timedelta(days=2),
+                seed.hma_record(now - timedelta(days=2), 79, detail="GPU has fallen off the bus"),
+            ),
+            (
+                now - timedelta(hours=5),
+                seed.hma_record(now - timedelta(hours=5), 79, detail="GPU has fallen off the bus"),
+            ),
+        ],
+    )
+    seed.put_log_lines(
+        logs,
+        cluster.log_group,
+        f"SagemakerHealthMonitoringAgent/gpu-workers/{workers[0]}",
+        [
+            (
+                now - timedelta(hours=3),
+                seed.hma_record(
+                    now - timedelta(hours=3), 13, pci="0000:53:00", detail="Graphics Exception: ESR 0x514648=0x1"
+                ),
+            ),
+        ],
+    )
+    return cluster
+
+
+def seed_slurm_cluster(clients: AwsClients, now: datetime) -> SeededCluster:
+    ec2, logs, sagemaker = clients.client("ec2"), clients.client("logs"), clients.client("sagemaker")
+    vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
+    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
+    public = _subnet(ec2, vpc, "10.20.0.0/24", "us-west-2a")
+    private = _subnet(ec2, vpc, "10.20.16.0/20", "us-west-2a")
+    igw = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+    ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
+    _route_table(ec2, vpc, public, GatewayId=igw)
+    eip = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    nat = ec2.create_nat_gateway(SubnetId=public, AllocationId=eip)["NatGateway"]["NatGatewayId"]
+    _route_table(ec2, vpc, private, NatGatewayId=nat)
+
+    sg = _sg(ec2, vpc, "ml-slurm-train-efa")
+    ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=_self_ref(sg))
+    ec2.revoke_security_group_egress(
+        GroupId=sg, IpPermissions=[{"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}]
+    )
+    ec2.authorize_security_group_egress(GroupId=sg, IpPermissions=_self_ref(sg))
+
+    groups = [
+        GroupSpec("controller-machine", "ml.c5.xlarge", count=1, threads_per_core=2),
+        GroupSpec("worker-group-1", "ml.g5.48xlarge", count=2, threads_per_core=2),
+    ]
+    cluster = seed.create_cluster(
+        sagemaker,
+        REGION,
+        SLURM_CLUSTER,
+        groups,
+        {"sgs": [sg], "subnets": [private]},
+        orchestrator=None,
+        node_recovery="None",
+        provisioning_mode=None,
+        launch_time=now - timedelta(days=10),
+        node_states={
+            ("worker-group-1", 1): NodeState("Failure", "Node failed health checks: hardware failure detected")
+        },
+    )
+    worker = cluster.nodes["worker-group-1"][0]
+    seed.put_log_lines(
+        logs,
+        cluster.log_group,
+        f"SagemakerHealthMonitoringAgent/worker-group-1/{worker}",
+        [
+            (now - timedelta(hours=9), seed.slurm_hma_record(now - timedelta(hours=9), 79)),
+        ],
+    )
+    return cluster
+
+
+def seed_demo(clients: AwsClients, now: datetime) -> Demo:
+    return Demo(eks=seed_eks_cluster(clients, now), slurm=seed_slurm_cluster(clients, now))

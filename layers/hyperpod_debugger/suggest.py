@@ -1,0 +1,67 @@
+"""Suggested commands: built from argv lists, every value shell-quoted, never run by us.
+
+Checks describe what an operator may run; nothing in this package executes these strings.
+Building a command from a list of arguments and quoting each one keeps hostile names (an
+instance group called ``g1;rm -rf /`` or ``$(id)``) inert when the text is pasted into a shell.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterable, Iterator, Sequence
+
+from hyperpod_debugger.model import SuggestedCommand
+
+#: SageMaker accepts at most this many node ids per BatchReboot/BatchReplaceClusterNodes call.
+BATCH_NODE_LIMIT = 25
+
+IAC_WARNING = (
+    "If this resource is managed as code (CloudFormation, CDK, Terraform, Pulumi), change the "
+    "template and deploy it instead: a direct change drifts from the template and the next "
+    "deployment may silently revert it. If you must apply it now, record the drift and reconcile "
+    "the template afterwards."
+)
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    """Join an argv list into one shell-safe command line."""
+    return " ".join(shlex.quote(str(arg)) for arg in argv)
+
+
+def json_arg(value: object) -> str:
+    """Compact JSON for a CLI argument (quoted later by :func:`shell_join`)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+def read_only(argv: Sequence[str], purpose: str) -> SuggestedCommand:
+    return SuggestedCommand(command=shell_join(argv), purpose=purpose, mutates=False)
+
+
+def mutating(
+    argv: Sequence[str],
+    purpose: str,
+    *,
+    blast_radius: str,
+    changes_configuration: bool,
+    preconditions: Iterable[str] = (),
+) -> SuggestedCommand:
+    """A state-changing command. ``changes_configuration`` adds the IaC drift warning
+    (cluster, VPC, security group or EKS configuration)."""
+    return SuggestedCommand(
+        command=shell_join(argv),
+        purpose=purpose,
+        mutates=True,
+        blast_radius=blast_radius,
+        iac_warning=IAC_WARNING if changes_configuration else None,
+        preconditions=list(preconditions),
+    )
+
+
+def batches(ids: Sequence[str], size: int = BATCH_NODE_LIMIT) -> Iterator[list[str]]:
+    for start in range(0, len(ids), size):
+        yield list(ids[start : start + size])
+
+
+def aws_argv(service: str, operation: str, region: str, *args: str) -> list[str]:
+    return ["aws", service, operation, "--region", region, *args]

@@ -1,0 +1,59 @@
+"""The demo, end to end, as a user runs it: a subprocess with no AWS credentials at all."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def demo_output() -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "hyperpod_debugger.cli", "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    return result.stdout
+
+
+def test_demo_shows_findings_in_every_required_section(demo_output):
+    pointed = set(
+        re.findall(r"^\[(?:FAIL|WARN)\] P\d .* → references/node-diagnostics-detail\.md § (\S+)$", demo_output, re.M)
+    )
+    assert {"A", "B.2", "B.3", "B.4", "B.5", "C", "D", "F", "J"} <= pointed
+
+
+def test_demo_shows_healthy_parts_as_pass(demo_output):
+    assert len(re.findall(r"^\[PASS\] ", demo_output, re.M)) >= 10
+
+
+def test_demo_reports_both_orchestrators_and_suggests_only_quoted_commands(demo_output):
+    assert "· EKS ·" in demo_output and "· Slurm ·" in demo_output
+    assert "Suggested command (run this yourself)" in demo_output
+    assert "blast radius:" in demo_output and "IaC:" in demo_output
+
+
+def test_demo_json_is_a_list_of_reports():
+    import json
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "hyperpod_debugger.cli", "demo", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    ).stdout
+    reports = json.loads(out)
+    assert [r["cluster"]["orchestrator"] for r in reports] == ["EKS", "Slurm"]

@@ -1,0 +1,38 @@
+"""Contracts kept in files: the JSON schema, the IAM policy and the README stay true to the code."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+from hyperpod_debugger.aws.iam import READ_ONLY_ACTIONS, policy_json
+from hyperpod_debugger.model import TriageReport
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+AWS_DIR = ROOT / "layers" / "hyperpod_debugger" / "aws"
+
+
+def test_committed_schema_matches_the_model():
+    committed = json.loads((ROOT / "references" / "triage-report.schema.json").read_text())
+    assert committed == TriageReport.model_json_schema(), "run `make schema` and commit the result"
+
+
+def test_every_action_the_adapters_call_is_in_the_policy_and_nothing_else():
+    called = set()
+    for path in AWS_DIR.glob("*.py"):
+        if path.name == "iam.py":
+            continue
+        called |= set(re.findall(r'"((?:sagemaker|ec2|eks|logs|servicequotas|sts):[A-Z][A-Za-z]+)"', path.read_text()))
+    assert called == set(READ_ONLY_ACTIONS)
+
+
+def test_policy_is_read_only():
+    verbs = ("Describe", "List", "Get", "Filter")
+    for action in json.loads(policy_json())["Statement"][0]["Action"]:
+        assert action.split(":", 1)[1].startswith(verbs), action
+
+
+def test_readme_shows_the_generated_policy():
+    readme = (ROOT / "README.md").read_text()
+    assert policy_json().strip() in readme, "README's IAM policy is stale: paste `hyperpod-debugger iam-policy`"
