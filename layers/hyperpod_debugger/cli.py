@@ -135,7 +135,19 @@ def main(argv: list[str] | None = None) -> int:
         "schema": cmd_schema,
         "iam-policy": cmd_iam_policy,
     }[args.command]
-    return handler(args)
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the outermost boundary: a message, not a traceback
+        if os.environ.get("HYPERPOD_DEBUGGER_DEBUG"):
+            raise
+        print(
+            f"hyperpod-debugger: unexpected error: {type(exc).__name__}: {exc} "
+            "(set HYPERPOD_DEBUGGER_DEBUG=1 to see the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def _finding_block(f: Finding, colour: bool) -> list[str]:
     if not f.is_problem:
         return lines
     for item in f.evidence:
-        lines.append(f"    | {item}")
+        lines.extend(f"    | {part}" for part in item.splitlines() or [""])
     if f.root_cause:
         lines.append(f"    root cause: {f.root_cause}")
     for cmd in f.suggested_commands:

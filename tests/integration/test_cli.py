@@ -90,3 +90,16 @@ def test_schema_and_policy_commands(capsys):
     assert json.loads(capsys.readouterr().out)["title"] == "TriageReport"
     assert main(["iam-policy"]) == 0
     assert "sagemaker:ListClusterNodes" in capsys.readouterr().out
+
+
+def test_an_unexpected_error_is_a_message_not_a_traceback(monkeypatch, capsys):
+    import hyperpod_debugger.triage as triage
+
+    def broken(*_a, **_k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(triage, "run_triage", broken)
+    monkeypatch.delenv("HYPERPOD_DEBUGGER_DEBUG", raising=False)
+    assert main(["triage", "--cluster", "ok", "--region", "us-west-2"]) == 1
+    err = capsys.readouterr().err
+    assert "unexpected error: RuntimeError: boom" in err and "Traceback" not in err

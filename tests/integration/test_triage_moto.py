@@ -176,3 +176,58 @@ def test_focus_node_describes_only_that_node(demo, clients, now):
     assert report.coverage.api_calls["sagemaker:DescribeClusterNode"] == 1
     node_findings = [f for f in report.findings if f.check == "nodes.status" and f.is_problem]
     assert [f.instance_id for f in node_findings] == [iid]
+
+
+def test_weak_spot_8_eks_checks_read_the_cluster_named_by_the_orchestrator(demo, clients, now):
+    # GIVEN another EKS cluster in the account that has nothing to do with HyperPod
+    clients.client("eks").create_cluster(
+        name="unrelated", roleArn="arn:aws:iam::123456789012:role/x", resourcesVpcConfig={"subnetIds": []}
+    )
+    # WHEN the HyperPod cluster is triaged
+    report = _triage(clients, demo.eks.name, now)
+    # THEN the EKS findings are about the cluster in Orchestrator.Eks.ClusterArn only
+    eks_findings = [f for f in report.findings if f.check == "eks.prerequisites"]
+    assert eks_findings and not any("unrelated" in f.message for f in eks_findings)
+    assert report.cluster.eks_cluster_arn.endswith(f"cluster/{scenarios.EKS_CLUSTER}-eks")
+
+
+def test_weak_spot_9_a_failed_deep_health_check_counts_as_an_issue(clients, now, aws):
+    seed.create_cluster(
+        clients.client("sagemaker"), scenarios.REGION, "dhc", [GroupSpec("w", "ml.g5.8xlarge", 2)], None,
+        orchestrator=None, node_recovery="Automatic", provisioning_mode=None, launch_time=now,
+        node_states={("w", 0): seed.NodeState("Failure", "Deep health check failed: DCGM diagnostic level 4")},
+    )
+    report = _triage(clients, "dhc", now)
+    [f] = [f for f in report.findings if f.check == "nodes.status" and f.is_problem]
+    assert f.tag is Tag.FAIL and f.section == "F"
+    assert report.summary.P1 >= 1 and report.exit_code == 1
+
+
+def test_unreachable_endpoint_is_a_clear_error_not_a_traceback(monkeypatch, now):
+    import socket
+
+    from hyperpod_debugger.aws.clients import AwsClients
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    report = run_triage(
+        TriageRequest(cluster="c1", region=scenarios.REGION, now=now),
+        AwsClients(scenarios.REGION, max_attempts=1, connect_timeout=1),
+    )
+    assert report.error is not None and report.error.kind == "endpoint"
+    assert report.exit_code == 1
+
+
+def test_missing_credentials_are_a_clear_error(monkeypatch, now):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.delenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", raising=False)
+    monkeypatch.delenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", raising=False)
+    from hyperpod_debugger.aws.clients import AwsClients
+
+    report = run_triage(TriageRequest(cluster="c1", region=scenarios.REGION, now=now), AwsClients(scenarios.REGION))
+    assert report.error is not None and report.error.kind == "credentials"
+    assert report.exit_code == 1

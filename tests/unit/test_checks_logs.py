@@ -30,7 +30,7 @@ from hyperpod_debugger.observations import (
     Unobservable,
     VpcConfig,
 )
-from tests.builders import NOW, REGION, SUBNET, cluster, context, group, logs, observation
+from tests.builders import NOW, REGION, SUBNET, cluster, context, group, logs, node, observation
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "hyperpod"
 EKS_HMA = "hma-cloudwatch-npd-xid71-nvlink-eks-docexample.json"
@@ -61,6 +61,8 @@ def with_hma(*events: LogEvent, **obs_overrides) -> ClusterObservation:
 
 
 def with_lifecycle(*events: LogEvent, **obs_overrides) -> ClusterObservation:
+    # By default the node whose log is read is the failing one (its lifecycle run did not finish).
+    obs_overrides.setdefault("nodes", Observed.ok([node(IID, status="Failure", message="lifecycle")]))
     return observation(logs=logs(lifecycle_events=Observed.ok(list(events))), **obs_overrides)
 
 
@@ -856,3 +858,26 @@ def test_given_a_context_when_built_by_the_builders_then_the_defaults_are_what_t
     ctx = context()
     assert isinstance(ctx, CheckContext)
     assert (ctx.log_window, ctx.xid_repeat_threshold, ctx.now) == (timedelta(days=7), 2, NOW)
+
+
+def test_generic_error_lines_of_a_running_node_are_a_low_priority_warning():
+    # GIVEN a vague error line in the lifecycle log of a node that is Running (its script finished)
+    obs = with_lifecycle(
+        lifecycle_event("curl: (22) The requested URL returned error: 404 - retrying"),
+        lifecycle_event("+ exit 1"),
+        nodes=Observed.ok([node(IID, status="Running")]),
+    )
+    # WHEN checked
+    [f] = check_lifecycle(obs, context())
+    # THEN it is not reported as a failed provisioning
+    assert (f.tag, f.priority) == (Tag.WARN, Priority.P2)
+    assert "Running" in f.message
+
+
+def test_specific_causes_stay_failures_even_on_a_running_node():
+    obs = with_lifecycle(
+        lifecycle_event('fatal error: Connect timeout on endpoint URL: "https://b.s3.us-west-2.amazonaws.com/x"'),
+        nodes=Observed.ok([node(IID, status="Running")]),
+    )
+    [f] = check_lifecycle(obs, context())
+    assert (f.tag, f.priority) == (Tag.FAIL, Priority.P1)

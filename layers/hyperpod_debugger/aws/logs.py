@@ -17,7 +17,8 @@ HMA_MARKER = "HealthMonitoringAgentDetectionEvent"
 #: Terms that mark a lifecycle-script line worth reading; the check classifies the lines itself.
 LIFECYCLE_ERROR_PATTERN = (
     '?ERROR ?Error ?error ?AccessDenied ?Forbidden ?timeout ?Traceback ?"command not found" '
-    '?"bad interpreter" ?"No such file" ?"exit code" ?failed ?Failed'
+    '?"bad interpreter" ?"No such file" ?"exit code" ?failed ?Failed ?KeyError ?"non-zero exit status" '
+    '?"Unable to locate" ?"Could not connect" ?"exit 1"'
 )
 #: Bounds on one sweep so a noisy group cannot make a run unbounded.
 MAX_EVENT_PAGES = 100

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from hyperpod_debugger.aws_types import ec2_type
+from hyperpod_debugger.checks import commands
 from hyperpod_debugger.checks.base import Check, CheckContext, finding
 from hyperpod_debugger.model import Finding, Priority, Tag
 from hyperpod_debugger.observations import ClusterObservation, NotApplicable
-from hyperpod_debugger.suggest import aws_argv, read_only
 
 
 def check_offerings(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
@@ -38,20 +38,7 @@ def check_offerings(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]
                         f"AZs offering {ec2_type(g.instance_type)}: {', '.join(sorted(offered)) or '(none)'}",
                     ],
                     root_cause="Nodes can only launch in an AZ that offers the instance type.",
-                    suggested_commands=[
-                        read_only(
-                            aws_argv(
-                                "ec2",
-                                "describe-instance-type-offerings",
-                                c.region,
-                                "--location-type",
-                                "availability-zone",
-                                "--filters",
-                                f"Name=instance-type,Values={ec2_type(g.instance_type)}",
-                            ),
-                            "List the AZs that offer this instance type",
-                        )
-                    ],
+                    suggested_commands=[commands.offerings(c, g.instance_type)],
                 )
             )
     if not out:

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+from hyperpod_debugger.checks import commands
 from hyperpod_debugger.checks.base import Check, CheckContext, finding
 from hyperpod_debugger.checks.classify import CAPACITY, classify
 from hyperpod_debugger.model import Finding, Priority, Tag
 from hyperpod_debugger.observations import ClusterObservation
-from hyperpod_debugger.suggest import aws_argv, mutating, read_only
+from hyperpod_debugger.suggest import mutating, read_only
 
 #: Statuses in which change is expected and nothing is wrong yet.
 TRANSITIONAL_STATUSES = frozenset({"Creating", "Updating", "SystemUpdating"})
 
 
 def _describe(obs: ClusterObservation) -> list[str]:
-    c = obs.cluster
-    return ["aws", "sagemaker", "describe-cluster", "--region", c.region, "--cluster-name", c.name]
+    return commands.sagemaker_argv(obs.cluster, "describe-cluster")
 
 
 def check_identity(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
@@ -137,15 +137,7 @@ def check_node_recovery(obs: ClusterObservation, ctx: CheckContext) -> list[Find
             root_cause="Automatic node recovery is turned off for this cluster.",
             suggested_commands=[
                 mutating(
-                    aws_argv(
-                        "sagemaker",
-                        "update-cluster",
-                        c.region,
-                        "--cluster-name",
-                        c.name,
-                        "--node-recovery",
-                        "Automatic",
-                    ),
+                    commands.sagemaker_argv(c, "update-cluster", "--node-recovery", "Automatic"),
                     "Let HyperPod reboot or replace nodes its health checks find faulty",
                     blast_radius=(
                         "Cluster-wide setting: from then on HyperPod may reboot or replace any node it finds "
@@ -199,20 +191,7 @@ def check_instance_groups(obs: ClusterObservation, ctx: CheckContext) -> list[Fi
                     instance_group=g.name,
                     evidence=evidence,
                     root_cause="Nodes could not be provisioned; capacity is the usual reason (see the events).",
-                    suggested_commands=[
-                        read_only(
-                            aws_argv(
-                                "ec2",
-                                "describe-instance-type-offerings",
-                                c.region,
-                                "--location-type",
-                                "availability-zone",
-                                "--filters",
-                                f"Name=instance-type,Values={g.instance_type.removeprefix('ml.')}",
-                            ),
-                            "List the Availability Zones that offer this instance type",
-                        )
-                    ],
+                    suggested_commands=[commands.offerings(c, g.instance_type)],
                 )
             )
     if not out:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from hyperpod_debugger.aws_types import ec2_type
+from hyperpod_debugger.checks import commands
 from hyperpod_debugger.checks.base import Check, CheckContext, finding
 from hyperpod_debugger.model import Finding, Priority, Tag
 from hyperpod_debugger.observations import ClusterObservation
-from hyperpod_debugger.suggest import aws_argv, mutating, read_only
+from hyperpod_debugger.suggest import mutating, read_only
 
 
 def check_threads_per_core(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
@@ -65,26 +66,12 @@ def check_threads_per_core(obs: ClusterObservation, ctx: CheckContext) -> list[F
                     root_cause="Hyper-threading is off for this group (ThreadsPerCore=1), often a console default.",
                     suggested_commands=[
                         read_only(
-                            aws_argv(
-                                "sagemaker",
-                                "describe-cluster",
-                                c.region,
-                                "--cluster-name",
-                                c.name,
-                                "--query",
-                                "InstanceGroups",
-                            ),
+                            commands.sagemaker_argv(c, "describe-cluster", "--query", "InstanceGroups"),
                             "Save the current definition of every instance group",
                         ),
                         mutating(
-                            aws_argv(
-                                "sagemaker",
-                                "update-cluster",
-                                c.region,
-                                "--cluster-name",
-                                c.name,
-                                "--instance-groups",
-                                "file://instance-groups.json",
+                            commands.sagemaker_argv(
+                                c, "update-cluster", "--instance-groups", "file://instance-groups.json"
                             ),
                             f"Set ThreadsPerCore={info.default_threads_per_core or 2} on group {g.name}",
                             blast_radius=(
@@ -93,9 +80,10 @@ def check_threads_per_core(obs: ClusterObservation, ctx: CheckContext) -> list[F
                             ),
                             changes_configuration=True,
                             preconditions=[
-                                "instance-groups.json lists EVERY group of the cluster, copied field by field "
-                                "from describe-cluster: UpdateCluster replaces the whole list.",
-                                "Only ThreadsPerCore of this group differs from the current definition.",
+                                "instance-groups.json holds the complete definition of every instance group "
+                                "you keep, copied field by field from describe-cluster; do not rely on "
+                                "leaving a group out (use the API's explicit delete for that).",
+                                f"Only ThreadsPerCore of group {g.name} differs from the current definition.",
                                 "Data on the group's node volumes is saved elsewhere.",
                             ],
                         ),

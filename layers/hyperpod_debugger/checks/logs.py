@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from hyperpod_debugger.checks import commands as commands_
 from hyperpod_debugger.checks.base import Check, CheckContext, finding, trim_evidence
 from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.observations import ClusterObservation, LogEvent
@@ -88,24 +89,6 @@ def describe_window(window: timedelta) -> str:
     return f"{seconds} seconds"
 
 
-def _log_events_command(region: str, group_name: str, stream: str) -> SuggestedCommand:
-    return read_only(
-        aws_argv(
-            "logs",
-            "get-log-events",
-            region,
-            "--log-group-name",
-            group_name,
-            "--log-stream-name",
-            stream,
-            "--limit",
-            "100",
-            "--no-start-from-head",
-        ),
-        "Read the last 100 lines of this log stream.",
-    )
-
-
 # --------------------------------------------------------------------------- logs.log_group
 
 
@@ -128,9 +111,7 @@ def check_log_group(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]
             "logs; until then (or without CloudWatch delivery) there is nothing to read.",
             suggested_commands=[
                 read_only(
-                    aws_argv(
-                        "logs", "describe-log-groups", obs.cluster.region, "--log-group-name-prefix", name
-                    ),
+                    aws_argv("logs", "describe-log-groups", obs.cluster.region, "--log-group-name-prefix", name),
                     "Confirm whether the cluster's log group exists.",
                 )
             ],
@@ -157,9 +138,7 @@ _ACCESS_DENIED = re.compile(
 # bash quotes a stray carriage return as $'\r' (or inside a token: $'{\r')
 _CRLF_LITERAL = re.compile(r"\$'[^'\n]*\\r'|with CRLF line terminators")
 _CARET_M = re.compile(r"\^M")
-_CR_SYMPTOM = re.compile(
-    r"command not found|bad interpreter|No such file or directory|syntax error", re.IGNORECASE
-)
+_CR_SYMPTOM = re.compile(r"command not found|bad interpreter|No such file or directory|syntax error", re.IGNORECASE)
 _PARAMS_FILE = re.compile(r"provisioning_parameters\.json", re.IGNORECASE)
 _ERROR_WORDS = re.compile(
     r"error|not found|no such file|invalid|fail|mismatch|missing|unable|cannot|could not|exception",
@@ -306,11 +285,9 @@ def _s3_location(source: str | None) -> tuple[str, str] | None:
     return (bucket, prefix) if bucket else None
 
 
-def _lifecycle_commands(
-    obs: ClusterObservation, stream: StreamName, cause: LifecycleCause
-) -> list[SuggestedCommand]:
+def _lifecycle_commands(obs: ClusterObservation, stream: StreamName, cause: LifecycleCause) -> list[SuggestedCommand]:
     region = obs.cluster.region
-    commands = [_log_events_command(region, obs.logs.group_name, stream.raw)]
+    commands = [commands_.tail_log_stream(region, obs.logs.group_name, stream.raw)]
     group = obs.cluster.group(stream.group) if stream.group else None
     if cause.key == "s3_timeout":
         commands.append(
@@ -389,14 +366,8 @@ def _lifecycle_commands(
     elif cause.key == "parameter_mismatch":
         commands.append(
             read_only(
-                aws_argv(
-                    "sagemaker",
-                    "describe-cluster",
-                    region,
-                    "--cluster-name",
-                    obs.cluster.name,
-                    "--query",
-                    "InstanceGroups[].InstanceGroupName",
+                commands_.sagemaker_argv(
+                    obs.cluster, "describe-cluster", "--query", "InstanceGroups[].InstanceGroupName"
                 ),
                 "List the cluster's instance group names to compare with provisioning_parameters.json.",
             )
@@ -411,6 +382,9 @@ def check_lifecycle(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]
         if event.stream.startswith(f"{LIFECYCLE_PREFIX}/") or event.stream == LIFECYCLE_PREFIX:
             by_stream.setdefault(event.stream, []).append(event)
     known_groups = frozenset(g.name for g in obs.cluster.instance_groups)
+    # A node that is Running finished its lifecycle script; a vague error line in its log is
+    # noise more often than a fault (a retried download, a harmless "failed" in a message).
+    running = {n.instance_id for n in obs.nodes.value or () if n.status == "Running"} if obs.nodes.available else set()
 
     findings: list[Finding] = []
     for raw in sorted(by_stream):
@@ -422,13 +396,18 @@ def check_lifecycle(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]
             continue
         cause, matched = result
         where = f" in instance group {stream.group}" if stream.group else ""
+        finished = cause.key == "script_error" and stream.instance_id in running
         findings.append(
             finding(
                 obs,
                 CHECK_LIFECYCLE,
-                Tag.FAIL,
-                f"Lifecycle script failed on {stream.node}{where}: {cause.summary}",
-                priority=Priority.P1,
+                Tag.WARN if finished else Tag.FAIL,
+                (
+                    f"Lifecycle script log of {stream.node}{where} has error lines, but the node is Running"
+                    if finished
+                    else f"Lifecycle script failed on {stream.node}{where}: {cause.summary}"
+                ),
+                priority=Priority.P2 if finished else Priority.P1,
                 section="D",
                 instance_id=stream.instance_id,
                 instance_group=stream.group,
@@ -611,16 +590,9 @@ def _hma_read_commands(
     commands: list[SuggestedCommand] = []
     if node_status and stream.instance_id:
         commands.append(
-            read_only(
-                aws_argv(
-                    "sagemaker",
-                    "describe-cluster-node",
-                    region,
-                    "--cluster-name",
-                    obs.cluster.name,
-                    "--node-id",
-                    stream.instance_id,
-                ),
+            commands_.describe_node(
+                obs.cluster,
+                stream.instance_id,
                 "See the node's current status (HyperPod may already be rebooting or replacing it).",
             )
         )
@@ -674,9 +646,7 @@ def _replace_command(obs: ClusterObservation, instance_id: str) -> SuggestedComm
     )
 
 
-def _xid_finding(
-    obs: ClusterObservation, ctx: CheckContext, info: XidInfo, detections: list[HmaDetection]
-) -> Finding:
+def _xid_finding(obs: ClusterObservation, ctx: CheckContext, info: XidInfo, detections: list[HmaDetection]) -> Finding:
     stream = detections[0].stream
     incidents = count_incidents([d.timestamp for d in detections])
     window = describe_window(ctx.log_window)
@@ -708,12 +678,16 @@ def _xid_finding(
         )
     if info.is_hardware:
         recovery = "replaces" if info.action == "replace" else "reboots"
+        if obs.cluster.node_recovery == "Automatic":
+            next_step = f"HyperPod's automatic recovery normally {recovery} the node"
+        else:
+            next_step = "automatic recovery is not on for this cluster, so nothing acts on it by itself"
         return finding(
             obs,
             CHECK_HMA,
             Tag.WARN,
-            f"HMA detected {info.label()} on {stream.node} ({seen}); HyperPod's automatic recovery "
-            f"normally {recovery} the node. Watch for the same Xid again on this node",
+            f"HMA detected {info.label()} on {stream.node} ({seen}); {next_step}. "
+            "Watch for the same Xid again on this node",
             priority=Priority.P1,
             section="G",
             root_cause=f"A hardware-class ({info.xid_class}) GPU fault. If it comes back on the same node "
@@ -789,9 +763,7 @@ def check_hma(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
             by_reason.setdefault((node, detection.describe()), []).append(detection)
 
     findings = [_xid_finding(obs, ctx, lookup(code), found) for (_, code), found in sorted(by_xid.items())]
-    findings += [
-        _condition_finding(obs, ctx, reason, found) for (_, reason), found in sorted(by_reason.items())
-    ]
+    findings += [_condition_finding(obs, ctx, reason, found) for (_, reason), found in sorted(by_reason.items())]
     if findings:
         return findings
     return [

@@ -10,6 +10,7 @@ from collections import Counter
 
 from hyperpod_debugger.checks.base import Check, CheckContext, finding
 from hyperpod_debugger.checks.classify import HARDWARE, OTHER, classify
+from hyperpod_debugger.checks.commands import describe_node, sagemaker_argv, tail_log_stream
 from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.observations import ClusterNode, ClusterObservation, NotApplicable
 from hyperpod_debugger.suggest import aws_argv, json_arg, mutating, read_only
@@ -21,44 +22,13 @@ IN_PROGRESS = frozenset(
 
 def _failed_node_commands(obs: ClusterObservation, n: ClusterNode, section: str) -> list[SuggestedCommand]:
     c = obs.cluster
-    commands = [
-        read_only(
-            aws_argv(
-                "sagemaker", "describe-cluster-node", c.region, "--cluster-name", c.name, "--node-id", n.instance_id
-            ),
-            "Read the node's status message and details",
-        )
-    ]
+    commands = [describe_node(c, n.instance_id, "Read the node's status message and details")]
     if section == "D":
-        commands.append(
-            read_only(
-                aws_argv(
-                    "logs",
-                    "get-log-events",
-                    c.region,
-                    "--log-group-name",
-                    c.log_group,
-                    "--log-stream-name",
-                    f"LifecycleConfig/{n.group}/{n.instance_id}",
-                    "--limit",
-                    "100",
-                    "--no-start-from-head",
-                ),
-                "Read the end of the node's lifecycle-script log",
-            )
-        )
+        commands.append(tail_log_stream(c.region, c.log_group, f"LifecycleConfig/{n.group}/{n.instance_id}"))
     if section in (HARDWARE.section, OTHER.section) and c.node_recovery != "Automatic":
         commands.append(
             mutating(
-                aws_argv(
-                    "sagemaker",
-                    "batch-reboot-cluster-nodes",
-                    c.region,
-                    "--cluster-name",
-                    c.name,
-                    "--node-ids",
-                    json_arg([n.instance_id]),
-                ),
+                sagemaker_argv(c, "batch-reboot-cluster-nodes", "--node-ids", json_arg([n.instance_id])),
                 "Reboot the node (first rung of investigate → reboot → replace)",
                 blast_radius=(
                     f"Reboots {n.instance_id} only; jobs on it are interrupted; root and secondary volumes are kept."
