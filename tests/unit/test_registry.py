@@ -68,3 +68,15 @@ def test_every_check_is_listed_in_coverage_once():
 
 def test_every_called_action_has_a_section_for_its_permission_finding():
     assert set(READ_ONLY_ACTIONS) == set(ACTION_SECTIONS)
+
+
+def test_a_focused_run_keeps_cluster_findings_and_only_the_focus_nodes_findings():
+    # GIVEN two failed nodes and a focus on one of them
+    other, focus = "i-0bbbbbbbbbbbbbbbb", "i-0aaaaaaaaaaaaaaaa"
+    nodes = [b.node(other, status="Failure", message="x"), b.node(focus, status="Failure", message="x")]
+    obs = b.observation(nodes=Observed.ok(nodes), cluster=b.cluster(node_recovery="None"))
+    # WHEN the checks run focused on one node
+    findings, _ = run_checks(obs, b.context(scope_node=focus), _checks("nodes.status", "cluster.node_recovery"))
+    # THEN the other node is not reported, the cluster-level finding is
+    assert {f.instance_id for f in findings} == {None, focus}
+    assert any(f.check == "cluster.node_recovery" for f in findings)

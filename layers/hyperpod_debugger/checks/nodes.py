@@ -123,7 +123,7 @@ def check_focus_node(obs: ClusterObservation, ctx: CheckContext) -> list[Finding
                 Tag.FAIL,
                 f"Node {ctx.scope_node} is not part of cluster {c.name}",
                 priority=Priority.P0,
-                section="K",
+                section="F",
                 instance_id=ctx.scope_node,
                 evidence=[detail_obs.failure.message],
                 root_cause="The instance id or the cluster name/Region given is wrong, or the node was replaced.",
@@ -156,5 +156,5 @@ def check_focus_node(obs: ClusterObservation, ctx: CheckContext) -> list[Finding
 
 CHECKS: tuple[Check, ...] = (
     Check("nodes.status", "F", "Node status", check_node_status),
-    Check("nodes.focus", "K", "The node named with --node", check_focus_node),
+    Check("nodes.focus", "F", "The node named with --node", check_focus_node),
 )

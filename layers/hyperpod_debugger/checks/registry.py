@@ -91,6 +91,9 @@ def run_checks(
                 )
             )
             continue
+        if ctx.scope_node:
+            # --node focuses the run: findings about other nodes are left out; cluster-wide ones stay.
+            produced = [f for f in produced if f.instance_id in (None, ctx.scope_node)]
         findings.extend(produced)
         partial = any(f.tag is Tag.UNKNOWN for f in produced)
         coverage.append(
