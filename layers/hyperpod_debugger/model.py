@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hyperpod_debugger.sections import is_section, pointer
+from hyperpod_debugger.sections import is_section, link, pointer
 
 SCHEMA_VERSION = 1
 
@@ -34,6 +34,13 @@ class Priority(StrEnum):
 
 PROBLEM_TAGS = frozenset({Tag.FAIL, Tag.WARN, Tag.UNKNOWN})
 
+#: The rung a suggested command stands on; commands are always listed in this order.
+Step = Literal["investigate", "change", "drain", "reboot", "replace"]
+STEP_ORDER: dict[str, int] = {"investigate": 0, "change": 1, "drain": 2, "reboot": 3, "replace": 4}
+
+#: What the evidence says should happen to the node a finding is about.
+NodeAction = Literal["investigate", "reboot", "replace", "fix-workload"]
+
 
 class SuggestedCommand(BaseModel):
     """A command we never run ourselves; the operator may, after reading the conditions."""
@@ -51,11 +58,27 @@ class SuggestedCommand(BaseModel):
         description="Drift warning, present when the command changes cluster/VPC/SG/EKS configuration.",
     )
     preconditions: list[str] = Field(default_factory=list)
+    step: Step = Field(
+        default="investigate",
+        description="Rung of the ladder: investigate (read-only), change (configuration), drain, reboot, replace.",
+    )
+    resource: str | None = Field(default=None, description="Id or ARN of the resource the command changes.")
 
     @model_validator(mode="after")
     def _mutating_commands_state_their_reach(self) -> SuggestedCommand:
-        if self.mutates and not self.blast_radius:
-            raise ValueError("a mutating suggested command must state its blast radius")
+        if self.mutates:
+            if not self.blast_radius:
+                raise ValueError("a mutating suggested command must state its blast radius")
+            if not self.iac_warning:
+                raise ValueError("a mutating suggested command must carry the IaC note")
+            if not self.preconditions:
+                raise ValueError("a mutating suggested command must state its preconditions")
+            if self.step == "investigate":
+                raise ValueError("a mutating command cannot be an investigate step")
+        elif self.step != "investigate":
+            raise ValueError("a read-only command is an investigate step")
+        if self.step == "replace" and "root and secondary volumes" not in (self.blast_radius or ""):
+            raise ValueError("a replace command must say it destroys the root and secondary volumes")
         return self
 
 
@@ -76,6 +99,24 @@ class Finding(BaseModel):
     evidence: list[str] = Field(default_factory=list, description="Verbatim lines the finding rests on.")
     root_cause: str | None = None
     suggested_commands: list[SuggestedCommand] = Field(default_factory=list)
+    node_action: NodeAction | None = Field(
+        default=None,
+        description="What the evidence says to do with the node: the rung of investigate → reboot → replace.",
+    )
+    next_step: str | None = Field(default=None, description="One line: what the operator should do next.")
+    runbook: str | None = Field(default=None, description="Link to the runbook section (anchor), from the section.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _link_the_runbook(cls, data: object) -> object:
+        if (
+            isinstance(data, dict)
+            and data.get("section")
+            and not data.get("runbook")
+            and is_section(str(data["section"]))
+        ):
+            return {**data, "runbook": link(str(data["section"]))}
+        return data
 
     @field_validator("message")
     @classmethod
@@ -103,6 +144,9 @@ class Finding(BaseModel):
             raise ValueError("a PASS finding carries no priority")
         if self.tag is Tag.UNKNOWN and any(c.mutates for c in self.suggested_commands):
             raise ValueError("an UNKNOWN finding may only suggest read-only commands")
+        steps = [STEP_ORDER[c.step] for c in self.suggested_commands]
+        if steps != sorted(steps):
+            raise ValueError("suggested commands must run in the order investigate → change → reboot → replace")
         return self
 
     @property

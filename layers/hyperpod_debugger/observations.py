@@ -163,6 +163,17 @@ class ClusterNode:
     status: str
     message: str
     launch_time: datetime | None
+    #: PrivateDnsHostname (``ip-10-1-2-3.<region>.compute.internal``); its first label is the Slurm node name
+    hostname: str | None = None
+
+    @property
+    def slurm_name(self) -> str | None:
+        return self.hostname.split(".", 1)[0] if self.hostname else None
+
+    @property
+    def eks_name(self) -> str:
+        """The Kubernetes node name HyperPod gives the node."""
+        return f"hyperpod-{self.instance_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +336,7 @@ class EksCluster:
     authentication_mode: str | None
     endpoint_public: bool | None
     endpoint_private: bool | None
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- CloudWatch Logs
@@ -365,5 +377,7 @@ class ClusterObservation:
     instance_types: Observed[dict[str, InstanceTypeInfo]]
     #: instance type (EC2 name) -> AZ names offering it
     offerings: Observed[dict[str, frozenset[str]]]
+    #: the HyperPod cluster's own tags (ListTags), for IaC ownership
+    cluster_tags: Observed[dict[str, str]] = field(default_factory=lambda: Observed.skip("not collected"))
     #: every failure seen while collecting, in order (drives the missing-permission findings)
     failures: list[ApiFailure] = field(default_factory=list)

@@ -23,6 +23,7 @@ _AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Network (EFA, VPC, EKS)", ("network", "vpc", "eks")),
     ("Capacity and configuration", ("capacity", "config")),
     ("CloudWatch logs (lifecycle scripts, health agent)", ("logs",)),
+    ("Node actions in batches", ("ladder",)),
 )
 _PRIORITY_HEADINGS = {
     Priority.P0: "P0 — blocks operation, fix now",
@@ -48,12 +49,16 @@ def finding_line(f: Finding, colour: bool = False) -> str:
 
 def _finding_block(f: Finding, colour: bool) -> list[str]:
     lines = [finding_line(f, colour)]
-    if not f.is_problem:
+    if not f.is_problem and not f.suggested_commands:
         return lines
     for item in f.evidence:
         lines.extend(f"    | {part}" for part in item.splitlines() or [""])
     if f.root_cause:
         lines.append(f"    root cause: {f.root_cause}")
+    if f.runbook:
+        lines.append(f"    runbook: {f.runbook}")
+    if f.next_step:
+        lines.append(f"    next step: {f.next_step}")
     for cmd in f.suggested_commands:
         header = "Suggested command (run this yourself)" if cmd.mutates else "Investigate (read-only)"
         lines.append(f"    {header}: {cmd.purpose}")
@@ -62,8 +67,7 @@ def _finding_block(f: Finding, colour: bool) -> list[str]:
             lines.append(f"      blast radius: {cmd.blast_radius}")
             for pre in cmd.preconditions:
                 lines.append(f"      precondition: {pre}")
-            if cmd.iac_warning:
-                lines.append(f"      IaC: {cmd.iac_warning}")
+            lines.append(f"      IaC: {cmd.iac_warning}")
     return lines
 
 

@@ -11,7 +11,7 @@ import json
 import shlex
 from collections.abc import Iterable, Iterator, Sequence
 
-from hyperpod_debugger.model import SuggestedCommand
+from hyperpod_debugger.model import Step, SuggestedCommand
 
 #: SageMaker accepts at most this many node ids per BatchReboot/BatchReplaceClusterNodes call.
 BATCH_NODE_LIMIT = 25
@@ -21,6 +21,12 @@ IAC_WARNING = (
     "template and deploy it instead: a direct change drifts from the template and the next "
     "deployment may silently revert it. If you must apply it now, record the drift and reconcile "
     "the template afterwards."
+)
+
+#: The drift note of commands that act on a node or inside it, not on template-managed configuration.
+NODE_ACTION_NOTE = (
+    "No infrastructure-as-code drift: this acts on a node, not on the cluster, VPC, security-group or "
+    "EKS configuration a template manages."
 )
 
 
@@ -45,16 +51,22 @@ def mutating(
     blast_radius: str,
     changes_configuration: bool,
     preconditions: Iterable[str] = (),
+    resource: str | None = None,
+    step: Step = "change",
+    iac_note: str | None = None,
 ) -> SuggestedCommand:
-    """A state-changing command. ``changes_configuration`` adds the IaC drift warning
-    (cluster, VPC, security group or EKS configuration)."""
+    """A state-changing command. ``changes_configuration`` (cluster, VPC, security group, subnet
+    or EKS configuration) gets the IaC drift warning, which the suggestion engine later names
+    the owning stack in when ``resource`` carries IaC tags; node actions get the no-drift note."""
     return SuggestedCommand(
         command=shell_join(argv),
         purpose=purpose,
         mutates=True,
         blast_radius=blast_radius,
-        iac_warning=IAC_WARNING if changes_configuration else None,
+        iac_warning=iac_note or (IAC_WARNING if changes_configuration else NODE_ACTION_NOTE),
         preconditions=list(preconditions),
+        resource=resource,
+        step=step,
     )
 
 

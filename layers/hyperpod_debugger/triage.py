@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from hyperpod_debugger import __version__
+from hyperpod_debugger import __version__, ladder
 from hyperpod_debugger.aws import sagemaker, sts
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.collector import CollectOptions, Collector
@@ -124,4 +124,5 @@ def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageR
         ref.node_count = len(obs.nodes.value)
     ctx = CheckContext(now=now, scope_node=req.node, event_window=req.event_window, log_window=req.log_window)
     findings, checks = run_checks(obs, ctx)
+    findings = ladder.refine(findings, obs, ctx)
     return _report(req, now, ref, findings, coverage(checks))

@@ -57,3 +57,28 @@ def test_demo_json_is_a_list_of_reports():
     ).stdout
     reports = json.loads(out)
     assert [r["cluster"]["orchestrator"] for r in reports] == ["EKS", "Slurm"]
+
+
+def test_every_problem_carries_its_runbook_link(demo_output):
+    blocks = re.split(r"\n(?=\[)", demo_output)
+    problems = [b for b in blocks if re.match(r"\[(FAIL|WARN|UNKNOWN)\]", b)]
+    assert problems
+    for block in problems:
+        assert "    runbook: references/node-diagnostics-detail.md#" in block, block.splitlines()[0]
+
+
+def test_every_mutating_suggestion_shows_blast_radius_and_iac_note(demo_output):
+    blocks = demo_output.split("Suggested command (run this yourself):")[1:]
+    assert blocks
+    for block in blocks:
+        head = block.split("\n[", 1)[0].split("Investigate (read-only)", 1)[0].split("Suggested command", 1)[0]
+        assert "blast radius:" in head and "IaC:" in head and "precondition:" in head
+
+
+def test_the_demo_shows_the_ladder_and_iac_ownership(demo_output):
+    assert "batch-replace-cluster-nodes" in demo_output and "root and secondary volumes" in demo_output
+    assert "scontrol update nodename=ip-" in demo_output  # Slurm node name filled in
+    assert "kubectl cordon hyperpod-i-" in demo_output  # EKS node name filled in
+    assert "CloudFormation stack 'ml-eks-prod-network'" in demo_output
+    assert "managed by Terraform" in demo_output
+    assert "fix the job" in demo_output  # application-class Xid

@@ -231,3 +231,18 @@ def test_missing_credentials_are_a_clear_error(monkeypatch, now):
     report = run_triage(TriageRequest(cluster="c1", region=scenarios.REGION, now=now), AwsClients(scenarios.REGION))
     assert report.error is not None and report.error.kind == "credentials"
     assert report.exit_code == 1
+
+
+def test_json_carries_the_runbook_link_ladder_and_filled_in_commands(demo, clients, now):
+    doc = json.loads(render_json(_triage(clients, demo.eks.name, now)))
+    problems = [f for f in doc["findings"] if f["tag"] in ("FAIL", "WARN", "UNKNOWN")]
+    assert all(f["runbook"].startswith("references/node-diagnostics-detail.md#") for f in problems)
+    [hma] = [f for f in problems if f["check"] == "logs.hma" and f["priority"] == "P0"]
+    assert hma["node_action"] == "replace" and hma["next_step"]
+    replace = hma["suggested_commands"][-1]
+    assert replace["step"] == "replace" and replace["mutates"] and hma["instance_id"] in replace["command"]
+    assert "root and secondary volumes" in replace["blast_radius"] and replace["iac_warning"]
+    for f in problems:
+        for c in f["suggested_commands"]:
+            if c["mutates"]:
+                assert c["blast_radius"] and c["iac_warning"] and c["preconditions"]

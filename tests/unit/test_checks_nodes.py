@@ -38,15 +38,20 @@ def test_hardware_failure_with_automatic_recovery_suggests_no_duplicate_action()
     assert "automatic recovery" in (f.root_cause or "")
 
 
-def test_hardware_failure_without_recovery_offers_reboot_first_never_replace():
+def test_hardware_failure_without_recovery_asks_for_a_reboot_never_a_replace():
     obs = b.observation(
         cluster=b.cluster(node_recovery="None"),
         nodes=Observed.ok([b.node(status="Failure", message="hardware failure detected")]),
     )
     [f] = [f for f in check_node_status(obs, b.context()) if f.is_problem]
-    mutating = [c for c in f.suggested_commands if c.mutates]
-    assert len(mutating) == 1 and "batch-reboot-cluster-nodes" in mutating[0].command
-    assert not f.suggested_commands[0].mutates  # investigate first
+    assert f.node_action == "reboot"
+    assert not f.suggested_commands[0].mutates  # investigate first; the engine adds the reboot
+
+
+def test_hardware_failure_with_recovery_only_asks_to_investigate():
+    obs = b.observation(nodes=Observed.ok([b.node(status="Failure", message="hardware failure detected")]))
+    [f] = [f for f in check_node_status(obs, b.context()) if f.is_problem]
+    assert f.node_action == "investigate"
 
 
 def test_all_running_passes():

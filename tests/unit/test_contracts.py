@@ -36,3 +36,17 @@ def test_policy_is_read_only():
 def test_readme_shows_the_generated_policy():
     readme = (ROOT / "README.md").read_text()
     assert policy_json().strip() in readme, "README's IAM policy is stale: paste `hyperpod-debugger iam-policy`"
+
+
+def test_every_section_a_check_can_emit_has_a_heading_in_the_runbook():
+    from hyperpod_debugger.checks import classify
+    from hyperpod_debugger.checks.registry import ACTION_SECTIONS, ALL_CHECKS
+    from hyperpod_debugger.sections import SECTIONS
+
+    source = "\n".join(p.read_text() for p in (ROOT / "layers" / "hyperpod_debugger").rglob("*.py"))
+    emitted = set(re.findall(r'section\s*=\s*"([A-O](?:\.\d+(?:\.[a-z])?)?)"', source))
+    emitted |= {c.section for c in ALL_CHECKS} | set(ACTION_SECTIONS.values())
+    emitted |= {v.section for v in vars(classify).values() if isinstance(v, classify.Cause)}
+    headings = set(re.findall(r"^#{2,4} ([A-O](?:\.\d+(?:\.[a-z])?)?) ", (ROOT / "references" / "node-diagnostics-detail.md").read_text(), re.M))
+    assert emitted <= set(SECTIONS)
+    assert emitted <= headings, emitted - headings

@@ -61,7 +61,10 @@ def test_mutating_command_must_state_blast_radius():
 
 
 def test_unknown_findings_never_suggest_a_state_change():
-    reboot = SuggestedCommand(command="x", purpose="reboot", mutates=True, blast_radius="the node")
+    reboot = SuggestedCommand(
+        command="x", purpose="reboot", mutates=True, blast_radius="the node", iac_warning="n", preconditions=["p"],
+        step="reboot",
+    )
     with pytest.raises(ValidationError, match="read-only"):
         _finding(tag=Tag.UNKNOWN, priority=Priority.P1, suggested_commands=[reboot])
 
@@ -91,7 +94,10 @@ def _report(findings):
 
 
 def test_json_has_the_documented_top_level_and_finding_keys():
-    cmd = SuggestedCommand(command="aws ec2 x", purpose="p", mutates=True, blast_radius="b", iac_warning="w")
+    cmd = SuggestedCommand(
+        command="aws ec2 x", purpose="p", mutates=True, blast_radius="b", iac_warning="w", preconditions=["p"],
+        step="change",
+    )
     doc = json.loads(render_json(_report([_finding(section="B.2", suggested_commands=[cmd])])))
     assert {"cluster", "findings", "coverage", "exit_code"} <= doc.keys()
     f = doc["findings"][0]
@@ -108,6 +114,7 @@ def test_json_has_the_documented_top_level_and_finding_keys():
     ):
         assert key in f
     assert f["section"] == "B.2"
+    assert f["runbook"] == "references/node-diagnostics-detail.md#b2-vpc-dns-attributes"
     assert set(f["suggested_commands"][0]) >= {"command", "mutates", "blast_radius", "iac_warning"}
     assert doc["exit_code"] == 1
 
@@ -122,3 +129,28 @@ def test_text_report_ends_with_a_summary_grouped_by_priority():
 
 def test_colour_is_applied_only_when_asked():
     assert "\033[31m" in finding_line(_finding(), colour=True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        (dict(iac_warning=None), "IaC note"),
+        (dict(preconditions=[]), "preconditions"),
+        (dict(step="investigate"), "investigate step"),
+        (dict(step="replace", blast_radius="the node"), "root and secondary volumes"),
+    ],
+)
+def test_every_mutating_command_carries_preconditions_blast_radius_and_iac_note(kwargs, error):
+    base = dict(command="x", purpose="p", mutates=True, blast_radius="b", iac_warning="w", preconditions=["p"],
+                step="change")
+    with pytest.raises(ValidationError, match=error):
+        SuggestedCommand(**{**base, **kwargs})
+
+
+def test_commands_must_climb_the_ladder_in_order():
+    read = SuggestedCommand(command="r", purpose="p", mutates=False)
+    replace = SuggestedCommand(command="x", purpose="p", mutates=True, iac_warning="n", preconditions=["p"],
+                               blast_radius="destroys the root and secondary volumes", step="replace")
+    with pytest.raises(ValidationError, match="order"):
+        _finding(suggested_commands=[replace, read])
+    assert _finding(suggested_commands=[read, replace]).suggested_commands[-1].step == "replace"

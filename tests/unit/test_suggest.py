@@ -20,13 +20,17 @@ def test_hostile_values_round_trip_as_one_argument(value):
     assert shlex.split(cmd)[-1] == value
 
 
-def test_mutating_commands_carry_the_iac_warning_only_for_configuration_changes():
-    sg = mutating(["aws", "ec2", "authorize-security-group-egress"], "p", blast_radius="b", changes_configuration=True)
-    reboot = mutating(
-        ["aws", "sagemaker", "batch-reboot-cluster-nodes"], "p", blast_radius="b", changes_configuration=False
+def test_every_mutating_command_carries_a_drift_note_and_configuration_changes_the_template_one():
+    sg = mutating(
+        ["aws", "ec2", "authorize-security-group-egress"], "p", blast_radius="b", changes_configuration=True,
+        preconditions=["p"],
     )
-    assert sg.iac_warning and "template" in sg.iac_warning
-    assert reboot.iac_warning is None
+    reboot = mutating(
+        ["aws", "sagemaker", "batch-reboot-cluster-nodes"], "p", blast_radius="b", changes_configuration=False,
+        preconditions=["p"],
+    )
+    assert sg.iac_warning and "template" in sg.iac_warning and sg.step == "change"
+    assert reboot.iac_warning and "No infrastructure-as-code drift" in reboot.iac_warning
     assert not read_only(["aws", "ec2", "describe-vpcs"], "p").mutates
 
 

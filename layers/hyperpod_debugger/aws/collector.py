@@ -121,7 +121,9 @@ class Collector:
         subnets = self.observe(lambda: ec2.describe_subnets(self.clients, cluster.subnet_ids()))
         vpc_ids = sorted({s.vpc_id for s in (subnets.value or {}).values()})
         if subnets.available:
-            vpcs = self.observe(lambda: {v: ec2.describe_vpc(self.clients, v) for v in vpc_ids})
+            # Tags only feed the IaC note; without them the note asks the operator instead.
+            tags = self.observe(lambda: ec2.vpc_tags(self.clients, vpc_ids)).value or {}
+            vpcs = self.observe(lambda: {v: ec2.describe_vpc(self.clients, v, tags.get(v)) for v in vpc_ids})
             tables = self.observe(lambda: ec2.describe_route_tables(self.clients, vpc_ids))
             endpoints = self.observe(lambda: ec2.describe_vpc_endpoints(self.clients, vpc_ids))
         else:
@@ -190,5 +192,6 @@ class Collector:
             logs=self.logs(cluster, nodes, opts),
             instance_types=self.observe(lambda: ec2.describe_instance_types(self.clients, types)),
             offerings=self.observe(lambda: ec2.describe_offerings(self.clients, types)),
+            cluster_tags=self.observe(lambda: sagemaker.list_tags(self.clients, cluster)),
             failures=self.failures,
         )

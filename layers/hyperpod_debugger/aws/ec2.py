@@ -99,7 +99,15 @@ def describe_subnets(clients: AwsClients, subnet_ids: Iterable[str]) -> dict[str
     }
 
 
-def describe_vpc(clients: AwsClients, vpc_id: str) -> Vpc:
+def vpc_tags(clients: AwsClients, vpc_ids: Iterable[str]) -> dict[str, dict[str, str]]:
+    ids = list(dict.fromkeys(vpc_ids))
+    if not ids:
+        return {}
+    raw = collect_all(clients.client(SERVICE), "ec2:DescribeVpcs", "describe_vpcs", "Vpcs", VpcIds=ids)
+    return {str(v["VpcId"]): _tags(v.get("Tags")) for v in raw}
+
+
+def describe_vpc(clients: AwsClients, vpc_id: str, tags: dict[str, str] | None = None) -> Vpc:
     """DNS attributes need one call each; a denied attribute reads as None, not False."""
     client = clients.client(SERVICE)
     values: dict[str, bool | None] = {}
@@ -107,7 +115,12 @@ def describe_vpc(clients: AwsClients, vpc_id: str) -> Vpc:
         raw = call(client, "ec2:DescribeVpcAttribute", "describe_vpc_attribute", VpcId=vpc_id, Attribute=attribute)
         value = (raw.get(key) or {}).get("Value")
         values[attribute] = value if isinstance(value, bool) else None
-    return Vpc(vpc_id=vpc_id, dns_support=values["enableDnsSupport"], dns_hostnames=values["enableDnsHostnames"])
+    return Vpc(
+        vpc_id=vpc_id,
+        dns_support=values["enableDnsSupport"],
+        dns_hostnames=values["enableDnsHostnames"],
+        tags=tags or {},
+    )
 
 
 def _route_target(raw: dict[str, Any]) -> str:

@@ -33,4 +33,5 @@ def describe_cluster(clients: AwsClients, eks_arn: str) -> EksCluster:
         authentication_mode=access.get("authenticationMode"),
         endpoint_public=vpc.get("endpointPublicAccess"),
         endpoint_private=vpc.get("endpointPrivateAccess"),
+        tags={str(k): str(v) for k, v in (cluster.get("tags") or {}).items()},
     )

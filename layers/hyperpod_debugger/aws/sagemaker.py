@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -139,6 +138,7 @@ def _node(raw: dict[str, Any]) -> ClusterNode:
         status=str(status.get("Status", "")),
         message=str(status.get("Message") or ""),
         launch_time=_ts(raw.get("LaunchTime")),
+        hostname=raw.get("PrivateDnsHostname") or None,
     )
 
 
@@ -247,5 +247,16 @@ def describe_cluster_event(clients: AwsClients, cluster: Cluster, event_id: str)
     return failure_texts((details.get("EventDetails") or {}).get("EventMetadata"))
 
 
-def unique(values: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(values))
+def list_tags(clients: AwsClients, cluster: Cluster) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    for page in pages(
+        clients.client(SERVICE),
+        "sagemaker:ListTags",
+        "list_tags",
+        "Tags",
+        required=False,
+        ResourceArn=cluster.arn,
+        MaxResults=100,
+    ):
+        tags.update({str(t.get("Key")): str(t.get("Value", "")) for t in page if isinstance(t, dict)})
+    return tags

@@ -144,6 +144,7 @@ def check_node_recovery(obs: ClusterObservation, ctx: CheckContext) -> list[Find
                         "faulty, interrupting the jobs on that node. Reversible by setting it back to None."
                     ),
                     changes_configuration=True,
+                    resource=c.arn,
                     preconditions=["Your team accepts automatic reboots and replacements of faulty nodes."],
                 )
             ],

@@ -79,6 +79,7 @@ def check_threads_per_core(obs: ClusterObservation, ctx: CheckContext) -> list[F
                                 "secondary volumes are destroyed and running jobs stop."
                             ),
                             changes_configuration=True,
+                            resource=c.arn,
                             preconditions=[
                                 "instance-groups.json holds the complete definition of every instance group "
                                 "you keep, copied field by field from describe-cluster; do not rely on "

@@ -269,6 +269,7 @@ def _control_plane_sg(
                     f"from interfaces carrying {source}; nothing is opened to the internet. Reversible with "
                     "`aws ec2 revoke-security-group-ingress` and the same --ip-permissions payload.",
                     changes_configuration=True,
+                    resource=target,
                     preconditions=[
                         f"{target} is the EKS cluster security group (clusterSecurityGroupId), not a worker "
                         "security group.",
@@ -339,6 +340,7 @@ def _authentication_mode(obs: ClusterObservation, eks: EksCluster) -> list[Findi
                     "existing aws-auth mappings keep working. One-way: EKS does not allow switching back "
                     "to CONFIG_MAP.",
                     changes_configuration=True,
+                    resource=eks.arn,
                     preconditions=[
                         f"{eks.name} is ACTIVE with no other update in progress.",
                         "The cluster's platform version supports access entries.",

@@ -16,7 +16,7 @@ from hyperpod_debugger.checks import commands as commands_
 from hyperpod_debugger.checks.base import Check, CheckContext, finding, trim_evidence
 from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.observations import ClusterObservation, LogEvent
-from hyperpod_debugger.suggest import aws_argv, mutating, read_only
+from hyperpod_debugger.suggest import aws_argv, read_only
 from hyperpod_debugger.xid import XidInfo, lookup, parse_xid_codes
 
 CHECK_LOG_GROUP = "logs.log_group"
@@ -548,7 +548,8 @@ def parse_hma_message(text: str) -> tuple[tuple[int, ...], str | None, str | Non
     return tuple(dict.fromkeys(c for c in codes if c > 0)), reason, condition, looks_like_detection
 
 
-def _detections(events: Iterable[LogEvent], since: datetime) -> list[HmaDetection]:
+def hma_detections(events: Iterable[LogEvent], since: datetime) -> list[HmaDetection]:
+    """Every HMA detection at or after ``since`` (shared with the suggestion engine)."""
     detections: list[HmaDetection] = []
     for event in events:
         when = _utc(event.timestamp)
@@ -618,34 +619,6 @@ def _hma_read_commands(
     return commands
 
 
-def _replace_command(obs: ClusterObservation, instance_id: str) -> SuggestedCommand:
-    return mutating(
-        aws_argv(
-            "sagemaker",
-            "batch-replace-cluster-nodes",
-            obs.cluster.region,
-            "--cluster-name",
-            obs.cluster.name,
-            "--node-ids",
-            instance_id,
-        ),
-        "Replace the node with new hardware of the same instance group configuration.",
-        changes_configuration=False,
-        blast_radius="Terminates this instance and provisions a new one: replacement permanently destroys "
-        "the node's root and secondary volumes (all local data), interrupts every job running on it, "
-        "and on EKS evicts its pods until the new node is Ready.",
-        preconditions=[
-            "The node has already been rebooted (by HyperPod's recovery or by you) and the same Xid came "
-            "back afterwards",
-            "Anything needed from the node's root and secondary volumes is saved elsewhere",
-            "The node is not a Slurm controller (head) node; those cannot be replaced this way",
-            "describe-cluster-node does not already show HyperPod replacing or rebooting the node",
-            "For a cluster created before node replacement was available, its software has been updated "
-            "with UpdateClusterSoftware",
-        ],
-    )
-
-
 def _xid_finding(obs: ClusterObservation, ctx: CheckContext, info: XidInfo, detections: list[HmaDetection]) -> Finding:
     stream = detections[0].stream
     incidents = count_incidents([d.timestamp for d in detections])
@@ -660,9 +633,8 @@ def _xid_finding(obs: ClusterObservation, ctx: CheckContext, info: XidInfo, dete
     seen = f"{incidents} time{'' if incidents == 1 else 's'} in the last {window}"
 
     if info.is_hardware and incidents >= ctx.xid_repeat_threshold:
-        commands = list(reads)
-        if stream.instance_id:
-            commands.append(_replace_command(obs, stream.instance_id))
+        # The suggestion engine turns node_action into the replace command (or refuses it for a
+        # Slurm controller, or while HyperPod is already acting on the node).
         return finding(
             obs,
             CHECK_HMA,
@@ -673,7 +645,8 @@ def _xid_finding(obs: ClusterObservation, ctx: CheckContext, info: XidInfo, dete
             section="F",
             root_cause=f"A hardware-class ({info.xid_class}) GPU fault that survives a reboot is a failing "
             "part; another reboot will not clear it.",
-            suggested_commands=commands,
+            suggested_commands=reads,
+            node_action="replace" if stream.instance_id else "investigate",
             **common,
         )
     if info.is_hardware:
@@ -693,6 +666,7 @@ def _xid_finding(obs: ClusterObservation, ctx: CheckContext, info: XidInfo, dete
             root_cause=f"A hardware-class ({info.xid_class}) GPU fault. If it comes back on the same node "
             "after recovery, the node should be replaced.",
             suggested_commands=reads,
+            node_action="investigate" if obs.cluster.node_recovery == "Automatic" else "reboot",
             **common,
         )
     if info.is_application:
@@ -707,6 +681,7 @@ def _xid_finding(obs: ClusterObservation, ctx: CheckContext, info: XidInfo, dete
             root_cause="An application-class Xid: the running program caused it (invalid memory access, "
             "bad kernel, killed process). Rebooting or replacing the node does not help.",
             suggested_commands=_hma_read_commands(obs, ctx, stream, node_status=False),
+            node_action="fix-workload",
             **common,
         )
     return finding(
@@ -720,6 +695,7 @@ def _xid_finding(obs: ClusterObservation, ctx: CheckContext, info: XidInfo, dete
         root_cause="This Xid does not identify its cause on its own. If it keeps coming back on the same "
         "GPU across different jobs, run DCGM diagnostics on the drained node.",
         suggested_commands=reads,
+        node_action="investigate",
         **common,
     )
 
@@ -744,13 +720,14 @@ def _condition_finding(
         root_cause="HyperPod's health monitoring agent flagged the node; its automatic recovery acts on "
         "the detection (reboot or replacement, depending on the fault).",
         suggested_commands=_hma_read_commands(obs, ctx, stream),
+        node_action="investigate",
     )
 
 
 def check_hma(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
     events = obs.logs.hma_events.get()
     since = _utc(ctx.now) - ctx.log_window
-    detections = sorted(_detections(events, since), key=lambda d: d.timestamp)
+    detections = sorted(hma_detections(events, since), key=lambda d: d.timestamp)
 
     by_xid: dict[tuple[str, int], list[HmaDetection]] = {}
     by_reason: dict[tuple[str, str], list[HmaDetection]] = {}

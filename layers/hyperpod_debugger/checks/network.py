@@ -135,6 +135,7 @@ def _self_reference_commands(region: str, sg_id: str, direction: str) -> list[Su
                 f"Reversible with `aws ec2 {revoke}` and the same --ip-permissions payload."
             ),
             changes_configuration=True,
+            resource=sg_id,
             preconditions=[
                 f"{sg_id} is listed in this cluster's VpcConfig or an instance group's OverrideVpcConfig.",
                 "This check reported the rule missing; an InvalidPermission.Duplicate error means it "

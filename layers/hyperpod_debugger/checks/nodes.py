@@ -10,10 +10,10 @@ from collections import Counter
 
 from hyperpod_debugger.checks.base import Check, CheckContext, finding
 from hyperpod_debugger.checks.classify import HARDWARE, OTHER, classify
-from hyperpod_debugger.checks.commands import describe_node, sagemaker_argv, tail_log_stream
-from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.checks.commands import describe_node, tail_log_stream
+from hyperpod_debugger.model import Finding, NodeAction, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.observations import ClusterNode, ClusterObservation, NotApplicable
-from hyperpod_debugger.suggest import aws_argv, json_arg, mutating, read_only
+from hyperpod_debugger.suggest import aws_argv, read_only
 
 IN_PROGRESS = frozenset(
     {"Pending", "SystemUpdating", "DeepHealthCheckInProgress", "AttachInProgress", "DetachInProgress", "ShuttingDown"}
@@ -25,22 +25,15 @@ def _failed_node_commands(obs: ClusterObservation, n: ClusterNode, section: str)
     commands = [describe_node(c, n.instance_id, "Read the node's status message and details")]
     if section == "D":
         commands.append(tail_log_stream(c.region, c.log_group, f"LifecycleConfig/{n.group}/{n.instance_id}"))
-    if section in (HARDWARE.section, OTHER.section) and c.node_recovery != "Automatic":
-        commands.append(
-            mutating(
-                sagemaker_argv(c, "batch-reboot-cluster-nodes", "--node-ids", json_arg([n.instance_id])),
-                "Reboot the node (first rung of investigate → reboot → replace)",
-                blast_radius=(
-                    f"Reboots {n.instance_id} only; jobs on it are interrupted; root and secondary volumes are kept."
-                ),
-                changes_configuration=False,
-                preconditions=[
-                    "You read the node's status message and it does not name a workload problem.",
-                    "The jobs on this node can be interrupted (drain it first on Slurm).",
-                ],
-            )
-        )
     return commands
+
+
+def _action_for(node_recovery: str | None, section: str) -> NodeAction:
+    """Reboot a failed node only when nothing else will: HyperPod's recovery acts when it is on,
+    and provisioning faults (lifecycle, capacity, network) are fixed elsewhere, not by a reboot."""
+    if section in (HARDWARE.section, OTHER.section) and node_recovery != "Automatic":
+        return "reboot"
+    return "investigate"
 
 
 def check_node_status(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
@@ -72,6 +65,7 @@ def check_node_status(obs: ClusterObservation, ctx: CheckContext) -> list[Findin
                     evidence=[f"InstanceStatus: Failure — {n.message or '(no message)'}"],
                     root_cause=cause.root_cause + recovery,
                     suggested_commands=_failed_node_commands(obs, n, cause.section),
+                    node_action=_action_for(c.node_recovery, cause.section),
                 )
             )
         else:

@@ -332,6 +332,7 @@ def _dns_commands(obs: ClusterObservation, vpc_id: str, flag: str, attribute: st
             "HyperPod nodes; enabling is additive. Reversible with the same command and "
             '{"Value":false}, but turning it off on a live cluster breaks EKS and Slurm naming.',
             changes_configuration=True,
+            resource=vpc_id,
             preconditions=[
                 f"{vpc_id} is owned by account {obs.cluster.account_id}; a VPC shared through AWS RAM can "
                 "only be modified by its owner.",
@@ -689,6 +690,7 @@ def check_endpoints(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]
                             "HyperPod nodes) goes through the endpoint and is subject to its endpoint "
                             "policy. Reversible with --remove-route-table-ids.",
                             changes_configuration=True,
+                            resource=gw.endpoint_id,
                             preconditions=[f"{gw.endpoint_id} is in the same VPC as the route tables."],
                         )
                     ],
@@ -819,6 +821,7 @@ def _create_endpoint_commands(
                 f"Create the {svc} endpoint for the isolated HyperPod subnets.",
                 blast_radius=radius,
                 changes_configuration=True,
+                resource=vpc_id,
                 preconditions=pre,
             )
         )
@@ -907,6 +910,9 @@ def check_eni_quota(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]
                     blast_radius=f"Raises a limit for the whole account in {region}; no resource changes. "
                     "A granted increase cannot be withdrawn by request.",
                     changes_configuration=False,
+                    step="change",
+                    iac_note="No infrastructure-as-code drift: a quota request changes an account limit, "
+                    "not a resource a template manages.",
                     preconditions=[f"Adjust --desired-value ({desired}) to the growth you plan."],
                 ),
             ],

@@ -23,6 +23,8 @@ patches moto in place (idempotent; process-wide):
    attribute that its ``ClusterNode`` lacks, so every token came out the same and page two
    repeated page one for ever. Nodes get a unique ``arn``.
 9. moto's embedded web server logs every request; the demo silences it.
+10. ``ListTags`` (and the other tag calls) find a cluster by its real ARN (moto looks the ARN's
+    last segment up as a name).
 """
 
 from __future__ import annotations
@@ -231,6 +233,15 @@ def _eks_describe_cluster(self: Any, name: str) -> Any:
     return cluster
 
 
+_original_resource_from_arn = sm_models.SageMakerModelBackend._get_resource_from_arn
+
+
+def _resource_from_arn(self: Any, arn: str) -> Any:
+    if ":cluster/" in arn:
+        return _resolve(self, arn)
+    return _original_resource_from_arn(self, arn)
+
+
 def _node_arn(self: Any) -> str:
     return f"arn:aws:sagemaker:{self.region_name}:{self.account_id}:cluster-node/{self.instance_id}"
 
@@ -241,6 +252,7 @@ def apply() -> None:
         return
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     sm_models.ClusterNode.arn = property(_node_arn)
+    sm_models.SageMakerModelBackend._get_resource_from_arn = _resource_from_arn
     sm_models.Cluster.describe = _cluster_describe
     sm_models.ClusterNode.summary = _node_summary
     sm_models.ClusterNode.describe = _node_describe

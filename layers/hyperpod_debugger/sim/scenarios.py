@@ -76,6 +76,11 @@ def seed_eks_cluster(clients: AwsClients, now: datetime) -> SeededCluster:
     _ = isolated_rtb
 
     nodes_sg = _sg(ec2, vpc, "ml-eks-prod-nodes")
+    # Owned by a CloudFormation stack: the drift note names it.
+    ec2.create_tags(
+        Resources=[nodes_sg],
+        Tags=[{"Key": "aws:cloudformation:stack-name", "Value": "ml-eks-prod-network"}],
+    )
     # Ingress self-reference only; the default all-traffic egress to 0.0.0.0/0 remains (A).
     ec2.authorize_security_group_ingress(GroupId=nodes_sg, IpPermissions=_self_ref(nodes_sg))
     eks_sg = _sg(ec2, vpc, "eks-cluster-sg-ml-eks-prod")
@@ -263,6 +268,7 @@ def seed_slurm_cluster(clients: AwsClients, now: datetime) -> SeededCluster:
         node_states={
             ("worker-group-1", 1): NodeState("Failure", "Node failed health checks: hardware failure detected")
         },
+        tags={"ManagedBy": "Terraform", "team": "ml-platform"},
     )
     worker = cluster.nodes["worker-group-1"][0]
     seed.put_log_lines(

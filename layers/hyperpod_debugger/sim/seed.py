@@ -77,6 +77,7 @@ def create_cluster(
     provisioning_mode: str | None,
     launch_time: datetime,
     node_states: dict[tuple[str, int], NodeState] | None = None,
+    tags: dict[str, str] | None = None,
 ) -> SeededCluster:
     """Create the cluster through the SageMaker API, then give it real-looking identity and nodes."""
     moto_patches.apply()
@@ -96,6 +97,8 @@ def create_cluster(
     }
     if vpc_config:
         request["VpcConfig"] = {"SecurityGroupIds": vpc_config["sgs"], "Subnets": vpc_config["subnets"]}
+    if tags:
+        request["Tags"] = [{"Key": k, "Value": v} for k, v in tags.items()]
     sagemaker.create_cluster(**request)
 
     moto_cluster = sagemaker_backends[ACCOUNT][region].clusters[name]

@@ -1,0 +1,282 @@
+"""The suggestion engine: turns what the checks concluded about a node (``Finding.node_action``)
+into the commands an operator may run, in the order investigate → reboot → replace, and applies
+the rules that keep those commands safe:
+
+- ``UNKNOWN`` evidence never leads to a reboot or replacement, only to investigation;
+- while HyperPod's own recovery is already acting on a node, no second action is suggested;
+- application-class faults (Xid 13/31/43, a job's own OOM) call for fixing the workload;
+- a Slurm controller node is never replaced, and every replacement says it destroys the root
+  and secondary volumes;
+- configuration changes carry a drift note that names the owning stack when tags reveal it;
+- node actions for several nodes are also offered as batch calls of at most 25 node ids.
+
+Pure: the observation and the run context come in, refined findings go out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from hyperpod_debugger.checks.base import CheckContext
+from hyperpod_debugger.checks.commands import sagemaker_argv
+from hyperpod_debugger.checks.logs import hma_detections
+from hyperpod_debugger.iac import drift_note
+from hyperpod_debugger.model import STEP_ORDER, Finding, SuggestedCommand, Tag
+from hyperpod_debugger.observations import ClusterNode, ClusterObservation
+from hyperpod_debugger.suggest import batches, mutating
+
+#: How long after HyperPod announced a reboot/replacement we still consider it under way.
+#: A replacement normally takes 20-30 minutes.
+RECOVERY_WINDOW = timedelta(minutes=45)
+REPLACEMENT_TIME = "a replacement normally takes about 20–30 minutes"
+
+#: Node statuses in which HyperPod itself is working on the node.
+RECOVERY_STATUSES = frozenset({"ShuttingDown", "SystemUpdating", "DeepHealthCheckInProgress", "Pending"})
+_RECOVERY_EVENT = re.compile(
+    r"reboot of ec2 instance .*in progress|starting as part of instance replacement|"
+    r"termination of ec2 instance .*in progress|replacement .*in progress",
+    re.I,
+)
+_EVENT_INSTANCE = re.compile(r"\bi-[0-9a-f]{8,17}\b")
+_HMA_ACTION = re.compile(r"reboot|replace", re.I)
+#: Group names that mark the Slurm controller until the controller is confirmed on the node.
+_CONTROLLER_GROUP = re.compile(r"controller|head|master", re.I)
+
+_NODE_STEPS = ("drain", "reboot", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    node: ClusterNode | None
+    recovering: str | None
+    slurm_controller: bool
+
+
+# --------------------------------------------------------------------------- what we know
+
+
+def recovery_in_progress(obs: ClusterObservation, now: datetime) -> dict[str, str]:
+    """instance id -> why we believe HyperPod is already rebooting or replacing it."""
+    found: dict[str, str] = {}
+    for node in obs.nodes.value or () if obs.nodes.available else ():
+        if node.status in RECOVERY_STATUSES:
+            found[node.instance_id] = f"node status {node.status}"
+    since = now - RECOVERY_WINDOW
+    if obs.events.available and obs.events.value is not None:
+        latest: dict[str, tuple[datetime, str]] = {}
+        for event in obs.events.value.events:
+            ids = [event.instance_id] if event.instance_id else _EVENT_INSTANCE.findall(event.description)
+            for iid in ids:
+                if iid not in latest or event.time > latest[iid][0]:
+                    latest[iid] = (event.time, event.description)
+        for iid, (when, description) in latest.items():
+            if when >= since and _RECOVERY_EVENT.search(description):
+                found.setdefault(iid, f"cluster event at {when.isoformat()}: {description}")
+    if obs.logs.hma_events.available and obs.logs.hma_events.value:
+        for detection in hma_detections(obs.logs.hma_events.value, since):
+            action = detection.condition or detection.reason or ""
+            iid = detection.stream.instance_id
+            if iid and _HMA_ACTION.search(action):
+                found.setdefault(iid, f"health agent recorded {action} at {detection.timestamp.isoformat()}")
+    return found
+
+
+def slurm_controllers(obs: ClusterObservation) -> set[str]:
+    if obs.cluster.orchestrator != "Slurm" or not obs.nodes.available:
+        return set()
+    return {n.instance_id for n in obs.nodes.value or () if _CONTROLLER_GROUP.search(n.group)}
+
+
+def resource_tags(obs: ClusterObservation) -> dict[str, dict[str, str]]:
+    """Tags of every resource a suggested configuration change may touch, by id or ARN."""
+    tags: dict[str, dict[str, str]] = {}
+    net = obs.network
+    for observed in (net.security_groups, net.subnets, net.vpcs):
+        if observed.available and observed.value:
+            tags.update({rid: dict(r.tags) for rid, r in observed.value.items()})
+    if obs.cluster_tags.available and obs.cluster_tags.value is not None:
+        tags[obs.cluster.arn] = dict(obs.cluster_tags.value)
+    if obs.eks.available and obs.eks.value is not None:
+        tags[obs.eks.value.arn] = dict(obs.eks.value.tags)
+    return tags
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _drain(obs: ClusterObservation, facts: NodeFacts, iid: str, reason: str) -> SuggestedCommand | None:
+    if obs.cluster.orchestrator == "Slurm":
+        name = facts.node.slurm_name if facts.node else None
+        if not name:
+            return None
+        return mutating(
+            ["scontrol", "update", f"nodename={name}", "state=drain", f"reason={reason}"],
+            f"Drain Slurm node {name} ({iid}) so no new job lands on it; running jobs finish",
+            blast_radius=f"Only {name}: it takes no new jobs; running jobs continue. Undo with state=resume.",
+            changes_configuration=False,
+            preconditions=["Run it on the Slurm controller (through an SSM session, § K)."],
+            step="drain",
+        )
+    if obs.cluster.orchestrator == "EKS":
+        name = facts.node.eks_name if facts.node else f"hyperpod-{iid}"
+        return mutating(
+            ["kubectl", "cordon", name],
+            f"Stop new pods from being scheduled on {name}; running pods keep running",
+            blast_radius=f"Only {name}: marked unschedulable until `kubectl uncordon {name}`.",
+            changes_configuration=False,
+            preconditions=[f"kubectl points at the EKS cluster {obs.cluster.eks_cluster_arn}."],
+            step="drain",
+        )
+    return None
+
+
+def _reboot(obs: ClusterObservation, ids: list[str]) -> SuggestedCommand:
+    who = ids[0] if len(ids) == 1 else f"these {len(ids)} nodes"
+    return mutating(
+        sagemaker_argv(obs.cluster, "batch-reboot-cluster-nodes", "--node-ids", *ids),
+        f"Reboot {who} (the second rung, after investigating)",
+        blast_radius=(
+            f"Reboots {who}: jobs running there stop; each instance keeps its id and its root and secondary "
+            "volumes; on EKS its pods come back once the node is Ready."
+        ),
+        changes_configuration=False,
+        preconditions=[
+            "The read-only commands above do not point at a workload or configuration cause.",
+            "The jobs on the node can be interrupted (drain or cordon it first).",
+            "describe-cluster-node does not already show HyperPod rebooting or replacing it.",
+        ],
+        step="reboot",
+    )
+
+
+def _replace(obs: ClusterObservation, ids: list[str]) -> SuggestedCommand:
+    who = ids[0] if len(ids) == 1 else f"these {len(ids)} nodes"
+    return mutating(
+        sagemaker_argv(obs.cluster, "batch-replace-cluster-nodes", "--node-ids", *ids),
+        f"Replace {who} with new hardware (the last rung: the fault survived a reboot)",
+        blast_radius=(
+            f"Terminates {who} and launches new hardware with the same configuration: this permanently "
+            "destroys the root and secondary volumes of the node and stops its jobs; "
+            f"{REPLACEMENT_TIME}."
+        ),
+        changes_configuration=False,
+        preconditions=[
+            "The node was rebooted (by HyperPod or by you) and the same fault came back.",
+            "Anything needed from its root and secondary volumes (checkpoints, logs) is copied elsewhere.",
+            "It is not a Slurm controller node (replacement is not supported there).",
+            "describe-cluster-node does not already show HyperPod rebooting or replacing it.",
+        ],
+        step="replace",
+    )
+
+
+def _with_drift_note(cmd: SuggestedCommand, tags: dict[str, dict[str, str]]) -> SuggestedCommand:
+    if cmd.step != "change" or not cmd.resource:
+        return cmd
+    return SuggestedCommand.model_validate(
+        {**cmd.model_dump(), "iac_warning": drift_note(cmd.resource, tags.get(cmd.resource))}
+    )
+
+
+def _ordered(commands: list[SuggestedCommand]) -> list[SuggestedCommand]:
+    return sorted(commands, key=lambda c: STEP_ORDER[c.step])
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def _refine(f: Finding, obs: ClusterObservation, facts: NodeFacts | None, tags: dict) -> Finding:
+    commands = [_with_drift_note(c, tags) for c in f.suggested_commands]
+    update: dict = {}
+    if f.instance_id and f.node_action and facts is not None:
+        iid = f.instance_id
+        # Whatever a check may have built, node actions are decided here, once.
+        commands = [c for c in commands if c.step not in _NODE_STEPS]
+        action, next_step = f.node_action, f.next_step
+        if f.tag is Tag.UNKNOWN:
+            action = "investigate"
+            next_step = (
+                "We could not look at this node: restore access (the read-only commands, § K) and run the "
+                "triage again. Do not reboot or replace on this evidence."
+            )
+        elif action == "fix-workload":
+            next_step = (
+                "The workload caused this: fix the job (its code, memory limits or inputs). The node needs "
+                "no reboot or replacement."
+            )
+        elif facts.recovering:
+            next_step = (
+                f"HyperPod is already acting on this node ({facts.recovering}); {REPLACEMENT_TIME}. Run the "
+                "triage again afterwards and do not start a second reboot or replacement."
+            )
+            action = "investigate"
+        elif action in ("reboot", "replace"):
+            drain = _drain(obs, facts, iid, f"hyperpod-debugger {f.check}")
+            if action == "replace" and facts.slurm_controller:
+                commands += [c for c in (drain, _reboot(obs, [iid])) if c]
+                action = "reboot"
+                next_step = (
+                    "Replacement is not supported on the Slurm controller node: reboot it, and if the fault "
+                    "returns open an AWS Support case (see references/node-issue-catalog.md)."
+                )
+            elif action == "replace":
+                commands += [c for c in (drain, _replace(obs, [iid])) if c]
+                next_step = next_step or "The fault came back after a reboot: replace the node."
+            else:
+                commands += [c for c in (drain, _reboot(obs, [iid])) if c]
+                next_step = next_step or "Investigate first; if nothing points at the workload, reboot the node."
+        else:
+            next_step = next_step or "Investigate with the read-only commands before any node action."
+        update = {"node_action": action, "next_step": next_step}
+    update["suggested_commands"] = [c.model_dump() for c in _ordered(commands)]
+    # Validate again, so the model's invariants (no mutating command on UNKNOWN, ladder order,
+    # replace names the destroyed volumes) hold for what the engine produced too.
+    return Finding.model_validate({**f.model_dump(), **update})
+
+
+def _batch_findings(findings: list[Finding], obs: ClusterObservation) -> list[Finding]:
+    out = []
+    for step in ("reboot", "replace"):
+        ids = sorted(
+            {
+                f.instance_id
+                for f in findings
+                if f.instance_id and f.is_problem and any(c.step == step for c in f.suggested_commands)
+            }
+        )
+        if len(ids) < 2:
+            continue
+        chunks = list(batches(ids))
+        build = _reboot if step == "reboot" else _replace
+        out.append(
+            Finding(
+                tag=Tag.INFO,
+                check="ladder.batch",
+                section="F",
+                message=f"Batch form of the suggested {step}: {len(ids)} node(s) in {len(chunks)} call(s) "
+                "of at most 25 ids",
+                cluster_arn=obs.cluster.arn,
+                cluster_name=obs.cluster.name,
+                evidence=[f"{step}: {', '.join(chunk)}" for chunk in chunks],
+                suggested_commands=[build(obs, chunk) for chunk in chunks],
+                next_step=f"Read each node's finding first; these calls only group the per-node {step} commands.",
+            )
+        )
+    return out
+
+
+def refine(findings: list[Finding], obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
+    """Apply the ladder and the safety rules to every finding, then add batch forms."""
+    nodes = {n.instance_id: n for n in obs.nodes.value or ()} if obs.nodes.available else {}
+    recovering = recovery_in_progress(obs, ctx.now)
+    controllers = slurm_controllers(obs)
+    tags = resource_tags(obs)
+    refined = []
+    for f in findings:
+        facts = None
+        if f.instance_id:
+            facts = NodeFacts(nodes.get(f.instance_id), recovering.get(f.instance_id), f.instance_id in controllers)
+        refined.append(_refine(f, obs, facts, tags))
+    return refined + _batch_findings(refined, obs)
