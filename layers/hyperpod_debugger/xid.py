@@ -20,7 +20,8 @@ buckets), mapped onto what a HyperPod operator can actually do with a node:
     neighbours before acting.
 
 Where the AWS HyperPod material and NVIDIA disagree, the table follows what HyperPod's health
-monitoring agent does (Xid 71 raises ``NvidiaErrorReboot``; Xid 74 and 79 lead to replacement).
+monitoring agent does (Xid 71 raises ``NvidiaErrorReboot``; Xid 79 leads to replacement). Xid 74
+is rebooted once and replaced if it comes back, like every hardware code (the recurrence rule).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ XID_TABLE: dict[int, XidInfo] = _entries(
     (143, "GPU initialization failure", "hardware", "reboot"),
     # --- bus and NVLink -------------------------------------------------------------------
     (79, "GPU has fallen off the bus", "bus", "replace"),
-    (74, "NVLink error", "nvlink", "replace"),
+    (74, "NVLink error", "nvlink", "reboot"),
     (136, "NVLink link training failure", "nvlink", "reboot"),
     (144, "NVLink SAW error", "nvlink", "investigate"),
     (145, "NVLink RLW error", "nvlink", "investigate"),

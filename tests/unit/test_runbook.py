@@ -5,8 +5,9 @@ comes from :func:`hyperpod_debugger.sections.anchor`. These tests read the markd
 that every section id has its heading at the right level with the right title, that the anchors
 agree with an independent slug function, that the table of contents and every in-page link
 resolve, and that state-changing commands only ever appear inside a
-``**Suggested command (run this yourself)**`` block that states its preconditions, blast radius
-and reversibility (plus an IaC note where it changes configuration).
+``**Suggested command (run this yourself)**`` block that states its preconditions, blast radius,
+reversibility and an IaC note. Every block carries the IaC note: a configuration change explains
+the template drift it causes, and a node-level action says that it causes none.
 
 The helper functions are exercised on small synthetic documents as well, so a broken helper
 cannot make the real-document tests pass vacuously.
@@ -67,7 +68,7 @@ MUTATING_MARKERS = (
 S3_WRITE_RE = re.compile(r"\baws s3 (cp|mv|rm|sync)\b(?!\s+\S+\s+-(\s|$))")
 
 #: Mutating commands that change cluster, VPC, security-group, subnet, EKS or IAM configuration:
-#: their blocks must carry an ``IaC note:`` line.
+#: their ``IaC note:`` must explain the drift and may never claim there is none.
 CONFIG_MARKERS = (
     "authorize-security-group",
     "revoke-security-group",
@@ -243,20 +244,40 @@ def suggested_blocks(markdown: str) -> tuple[list[SuggestedBlock], list[str]]:
     return blocks, problems
 
 
+REQUIRED_NOTES = ("Preconditions", "Blast radius", "Reversible", "IaC note")
+
+#: An IaC note that says the command causes no drift ("No drift: ...", "no template drift").
+NO_DRIFT_RE = re.compile(r"\bno (template )?drift\b", re.IGNORECASE)
+
+
+def iac_note_problems(where: str, body: str, notes: list[str]) -> list[str]:
+    """Every block has one IaC note that talks about drift; configuration changes never deny it."""
+    iac = [note.partition(":")[2].strip() for note in notes if note.partition(":")[0] == "IaC note"]
+    if len(iac) > 1:
+        return [f"{where} has {len(iac)} '- IaC note:' lines"]
+    if not iac or not iac[0]:
+        return []  # reported as missing or empty with the other condition lines
+    problems: list[str] = []
+    if "drift" not in iac[0].lower():
+        problems.append(f"{where}: the IaC note does not say whether the command causes drift")
+    if any(marker in body for marker in CONFIG_MARKERS) and NO_DRIFT_RE.search(iac[0]):
+        problems.append(f"{where} changes configuration but its IaC note claims there is no drift")
+    return problems
+
+
 def block_problems(markdown: str) -> list[str]:
     blocks, problems = suggested_blocks(markdown)
     for block in blocks:
         where = f"suggested command on line {block.header_line + 1}"
         labels = [note.split(":", 1)[0] for note in block.notes]
-        for required in ("Preconditions", "Blast radius", "Reversible"):
+        for required in REQUIRED_NOTES:
             if required not in labels:
                 problems.append(f"{where} lacks a '- {required}:' line")
         for note in block.notes:
             label, _, value = note.partition(":")
-            if label in ("Preconditions", "Blast radius", "Reversible", "IaC note") and not value.strip():
+            if label in REQUIRED_NOTES and not value.strip():
                 problems.append(f"{where}: '{label}:' is empty")
-        if any(marker in block.fence.body for marker in CONFIG_MARKERS) and "IaC note" not in labels:
-            problems.append(f"{where} changes configuration but has no '- IaC note:' line")
+        problems += iac_note_problems(where, block.fence.body, block.notes)
         if not mutating_hits(block.fence.body):
             problems.append(f"{where} shows no recognised state-changing command (extend MUTATING_MARKERS?)")
     return problems
@@ -393,6 +414,31 @@ def test_suggested_command_blocks_state_their_conditions(runbook: str) -> None:
     assert block_problems(runbook) == []
 
 
+def test_every_suggested_block_has_a_drift_note(runbook: str) -> None:
+    blocks, _ = suggested_blocks(runbook)
+    missing = [
+        block.header_line + 1
+        for block in blocks
+        if not any(note.startswith("IaC note:") and note.partition(":")[2].strip() for note in block.notes)
+    ]
+    assert missing == [], f"suggested blocks without an IaC note on lines {missing}"
+    node_level = [block for block in blocks if not any(marker in block.fence.body for marker in CONFIG_MARKERS)]
+    assert len(node_level) >= 15, "expected many node-level blocks (reboot, replace, drain, restarts, clean-ups)"
+    for block in node_level:
+        if "batch-reboot-cluster-nodes" in block.fence.body or "batch-replace-cluster-nodes" in block.fence.body:
+            note = next(note for note in block.notes if note.startswith("IaC note:"))
+            assert NO_DRIFT_RE.search(note) and "lifecycle scripts" in note, note
+
+
+def test_on_node_changes_point_to_the_lifecycle_scripts(runbook: str) -> None:
+    """Settings that should outlive the node (huge pages, chrony) name the durable place for them."""
+    blocks, _ = suggested_blocks(runbook)
+    for command in ("sysctl -w vm.nr_hugepages", "systemctl restart chrony"):
+        block = next(block for block in blocks if command in block.fence.body)
+        note = next(note for note in block.notes if note.startswith("IaC note:"))
+        assert "lifecycle scripts" in note and "AMI" in note, note
+
+
 def test_mutating_commands_appear_only_in_suggested_blocks(runbook: str) -> None:
     assert stray_mutations(runbook) == []
 
@@ -482,7 +528,7 @@ aws ec2 authorize-security-group-ingress --group-id <sg-id>
 - Preconditions: the rule is missing.
 - Blast radius: members of the group.
 - Reversible: yes, revoke it.
-- IaC note: change the template.
+- IaC note: change the template and record any drift.
 """
 
 
@@ -517,11 +563,45 @@ def test_wrong_title_or_level_is_reported() -> None:
     assert heading_problems(GOOD_DOC, {"A": "EFA and security groups", "B": "VPC and routing"})
 
 
+NODE_DOC = """## A EFA and security groups
+
+**Suggested command (run this yourself)**
+
+```bash
+aws sagemaker batch-reboot-cluster-nodes --cluster-name c --node-ids i-0
+```
+
+- Preconditions: the fault looks transient.
+- Blast radius: one node restarts.
+- Reversible: not applicable.
+- IaC note: no drift: a reboot changes no template-managed configuration.
+"""
+
+
 def test_missing_condition_lines_are_reported() -> None:
     assert block_problems(GOOD_DOC.replace("- Blast radius: members of the group.\n", ""))
     assert block_problems(GOOD_DOC.replace("- Preconditions: the rule is missing.\n", ""))
-    assert block_problems(GOOD_DOC.replace("- IaC note: change the template.\n", ""))
+    assert block_problems(GOOD_DOC.replace("- IaC note: change the template and record any drift.\n", ""))
     assert block_problems(GOOD_DOC.replace("```bash\naws ec2 authorize", "```\naws ec2 authorize"))
+
+
+def test_node_level_blocks_need_a_drift_note_too() -> None:
+    assert block_problems(NODE_DOC) == []
+    without = NODE_DOC.replace("- IaC note: no drift: a reboot changes no template-managed configuration.\n", "")
+    assert any("IaC note" in problem for problem in block_problems(without))
+    empty = NODE_DOC.replace("no drift: a reboot changes no template-managed configuration.", "")
+    assert any("empty" in problem for problem in block_problems(empty))
+    silent = NODE_DOC.replace("no drift: a reboot changes", "a reboot changes")
+    assert any("drift" in problem for problem in block_problems(silent))
+    twice = NODE_DOC + "- IaC note: no drift, again.\n"
+    assert any("2 '- IaC note:' lines" in problem for problem in block_problems(twice))
+
+
+def test_configuration_changes_cannot_claim_no_drift() -> None:
+    denied = GOOD_DOC.replace(
+        "- IaC note: change the template and record any drift.", "- IaC note: no drift: it is only a rule."
+    )
+    assert any("claims there is no drift" in problem for problem in block_problems(denied))
 
 
 def test_mutation_outside_a_suggested_block_is_reported() -> None:

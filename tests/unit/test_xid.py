@@ -90,13 +90,13 @@ def test_given_an_application_xid_when_classified_then_the_workload_is_blamed_no
     assert info.is_application and not info.is_hardware
 
 
-@pytest.mark.parametrize("code", [64, 74, 79])
+@pytest.mark.parametrize("code", [64, 79])
 def test_given_a_fault_a_reset_does_not_repair_when_classified_then_the_action_is_replace(code: int) -> None:
     assert lookup(code).action == "replace"
     assert lookup(code).is_hardware
 
 
-@pytest.mark.parametrize("code", [48, 62, 71, 94, 95, 119, 120, 136, 140, 143, 149, 150])
+@pytest.mark.parametrize("code", [48, 62, 71, 74, 94, 95, 119, 120, 136, 140, 143, 149, 150])
 def test_given_a_fault_cleared_by_a_gpu_reset_when_classified_then_the_action_is_reboot(code: int) -> None:
     assert lookup(code).action == "reboot"
     assert lookup(code).is_hardware
