@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pytest
 
 from hyperpod_debugger.sections import SECTIONS, anchor
+from tests.markdown import github_slug, scan
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CATALOG = ROOT / "references" / "node-issue-catalog.md"
@@ -31,8 +32,6 @@ LABELS = ("Symptom", "Likely cause", "Confirm (read-only)", "Fix", "Runbook")
 
 ENTRY_RE = re.compile(r"^(?P<id>[A-Z]+-[0-9]+) (?P<title>\S.*)$")
 FIELD_RE = re.compile(r"^\*\*(?P<label>[^*]+?):\*\*(?P<text>.*)$", re.DOTALL)
-FENCE_RE = re.compile(r"^(```|~~~)\s*([\w+-]*)\s*$")
-HEADING_RE = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 INLINE_CODE_RE = re.compile(r"`([^`\n]+)`")
 #: A link into the runbook, as the catalog writes it: ``[§ A](node-diagnostics-detail.md#a-...)``.
 SECTION_LINK_RE = re.compile(r"\[§ (?P<label>[^\]]+)\]\(node-diagnostics-detail\.md#(?P<anchor>[^)\s]*)\)")
@@ -172,56 +171,11 @@ CASE_KEYWORDS = (
 
 
 @dataclass(frozen=True)
-class Heading:
-    level: int
-    text: str
-    line: int  # 0-based
-
-
-@dataclass(frozen=True)
-class Fence:
-    start: int
-    end: int
-    body: str
-
-
-@dataclass(frozen=True)
 class Entry:
     id: str
     title: str
     line: int  # 0-based line of the ### heading
     body: str  # the text after the heading, up to the next heading
-
-
-def slug(text: str) -> str:
-    """GitHub's heading anchor: lowercase, keep word characters, hyphens and spaces, spaces → hyphens."""
-    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
-
-
-def scan(markdown: str) -> tuple[list[Heading], list[Fence], list[int]]:
-    """Headings and fenced blocks, plus the numbers of the lines outside any fence."""
-    headings: list[Heading] = []
-    fences: list[Fence] = []
-    outside: list[int] = []
-    lines = markdown.split("\n")
-    open_at: int | None = None
-    marker = ""
-    for number, line in enumerate(lines):
-        fence = FENCE_RE.match(line.strip())
-        if open_at is None:
-            if fence:
-                open_at, marker = number, fence.group(1)
-                continue
-            outside.append(number)
-            heading = HEADING_RE.match(line)
-            if heading:
-                headings.append(Heading(len(heading.group(1)), heading.group(2), number))
-        elif fence and fence.group(1) == marker and not fence.group(2):
-            fences.append(Fence(open_at, number, "\n".join(lines[open_at + 1 : number])))
-            open_at = None
-    if open_at is not None:
-        raise AssertionError(f"unclosed code fence opened on line {open_at + 1}")
-    return headings, fences, outside
 
 
 def prose(markdown: str) -> str:
@@ -299,7 +253,7 @@ def duplicate_ids(markdown: str) -> list[str]:
 def runbook_heading_slugs(runbook: str) -> dict[str, str]:
     """Slug of every runbook heading, keyed by the heading text."""
     headings, _, _ = scan(runbook)
-    return {heading.text: slug(heading.text) for heading in headings}
+    return {heading.text: github_slug(heading.text) for heading in headings}
 
 
 def link_problems(catalog: str, runbook: str) -> list[str]:
@@ -330,14 +284,14 @@ def link_problems(catalog: str, runbook: str) -> list[str]:
 
 def dangling_in_page_links(catalog: str) -> list[str]:
     headings, _, _ = scan(catalog)
-    slugs = {slug(heading.text) for heading in headings}
+    slugs = {github_slug(heading.text) for heading in headings}
     return sorted({target for target in IN_PAGE_LINK_RE.findall(prose(catalog)) if target not in slugs})
 
 
 def unindexed_entries(catalog: str) -> list[str]:
     """Entries the ``## Index`` table does not link to."""
     listed = set(IN_PAGE_LINK_RE.findall(section_text(catalog, "Index") or ""))
-    return [entry.id for entry in entries(catalog) if slug(f"{entry.id} {entry.title}") not in listed]
+    return [entry.id for entry in entries(catalog) if github_slug(f"{entry.id} {entry.title}") not in listed]
 
 
 def mutating_hits(text: str) -> list[str]:
@@ -613,14 +567,14 @@ def test_each_check_catches_a_broken_copy(case: str, catalog: str, runbook: str,
 
 
 def test_slug_examples() -> None:
-    assert slug("G.1.a GPU memory row remapping") == "g1a-gpu-memory-row-remapping"
-    assert slug("B.1 Subnets, security groups and addressing") == "b1-subnets-security-groups-and-addressing"
+    assert github_slug("G.1.a GPU memory row remapping") == "g1a-gpu-memory-row-remapping"
+    assert github_slug("B.1 Subnets, security groups and addressing") == "b1-subnets-security-groups-and-addressing"
     assert (
-        slug('SLURM-1 Node down with "Node unexpectedly rebooted"')
+        github_slug('SLURM-1 Node down with "Node unexpectedly rebooted"')
         == "slurm-1-node-down-with-node-unexpectedly-rebooted"
     )
     assert (
-        slug("NRN-2 Neuron runtime reports NRT_UNRECOVERABLE_ERROR")
+        github_slug("NRN-2 Neuron runtime reports NRT_UNRECOVERABLE_ERROR")
         == "nrn-2-neuron-runtime-reports-nrt_unrecoverable_error"
     )
 

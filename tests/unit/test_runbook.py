@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pytest
 
 from hyperpod_debugger.sections import RUNBOOK_PATH, SECTIONS, anchor
+from tests.markdown import Fence, Heading, github_slug, scan
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNBOOK = ROOT / RUNBOOK_PATH
@@ -92,65 +93,11 @@ FORBIDDEN_IN_CODE = ("modprobe", "pkill", "killall", "kill -9")
 COMMAND_PREFIXES = ("aws ", "kubectl ", "sudo ", "scontrol ", "systemctl ", "chronyc ", "docker ", "crictl ")
 
 SECTION_ID_RE = re.compile(r"^[A-O](\.[0-9]+(\.[a-z])?)?$")
-FENCE_RE = re.compile(r"^(```|~~~)\s*([\w+-]*)\s*$")
-HEADING_RE = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 LINK_RE = re.compile(r"\]\(#([^)\s]+)\)")
 INLINE_CODE_RE = re.compile(r"`([^`]+)`")
 
 
 # --------------------------------------------------------------------------- markdown helpers
-
-
-@dataclass(frozen=True)
-class Heading:
-    level: int
-    text: str
-    line: int  # 0-based
-
-
-@dataclass(frozen=True)
-class Fence:
-    start: int  # line of the opening fence, 0-based
-    end: int  # line of the closing fence
-    lang: str
-    body: str
-
-
-def github_slug(text: str) -> str:
-    """GitHub's heading anchor, written independently of ``sections.anchor``.
-
-    Lowercase; keep letters, digits, underscores, hyphens and spaces; spaces become hyphens.
-    """
-    kept = "".join(ch for ch in text.strip().lower() if ch.isalnum() or ch in "_- ")
-    return kept.replace(" ", "-")
-
-
-def scan(markdown: str) -> tuple[list[Heading], list[Fence], list[int]]:
-    """Headings and fenced blocks, plus the line numbers that are outside any fence."""
-    headings: list[Heading] = []
-    fences: list[Fence] = []
-    outside: list[int] = []
-    lines = markdown.split("\n")
-    open_at: int | None = None
-    open_marker = ""
-    open_lang = ""
-    for number, line in enumerate(lines):
-        fence = FENCE_RE.match(line.strip()) if not line.startswith("    ") else None
-        if open_at is None:
-            if fence:
-                open_at, open_marker, open_lang = number, fence.group(1), fence.group(2)
-                continue
-            outside.append(number)
-            heading = HEADING_RE.match(line)
-            if heading:
-                headings.append(Heading(len(heading.group(1)), heading.group(2), number))
-        elif fence and fence.group(1) == open_marker and not fence.group(2):
-            body = "\n".join(lines[open_at + 1 : number])
-            fences.append(Fence(open_at, number, open_lang, body))
-            open_at = None
-    if open_at is not None:
-        raise AssertionError(f"unclosed code fence opened on line {open_at + 1}")
-    return headings, fences, outside
 
 
 def expected_level(section: str) -> int:
@@ -184,9 +131,7 @@ def heading_problems(markdown: str, sections: dict[str, str]) -> list[str]:
         if heading.text != want:
             problems.append(f"heading for {section} reads {heading.text!r}, want {want!r}")
         if heading.level != expected_level(section):
-            problems.append(
-                f"heading for {section} has level {heading.level}, want {expected_level(section)}"
-            )
+            problems.append(f"heading for {section} has level {heading.level}, want {expected_level(section)}")
     for section in found:
         if section not in sections:
             problems.append(f"heading for unknown section id {section!r}")
@@ -344,10 +289,7 @@ def section_bodies(markdown: str) -> dict[str, str]:
     ends = [heading.line for _, heading in found[1:]]
     trailing = [h.line for h in headings if h.level == 2 and h.line > found[-1][1].line] if found else []
     ends.append(trailing[0] if trailing else len(lines))
-    return {
-        section: "\n".join(lines[heading.line : end])
-        for (section, heading), end in zip(found, ends, strict=True)
-    }
+    return {section: "\n".join(lines[heading.line : end]) for (section, heading), end in zip(found, ends, strict=True)}
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -534,10 +476,7 @@ aws ec2 authorize-security-group-ingress --group-id <sg-id>
 
 def test_slug_examples() -> None:
     assert github_slug("G.1.a GPU memory row remapping") == "g1a-gpu-memory-row-remapping"
-    assert (
-        github_slug("B.1 Subnets, security groups and addressing")
-        == "b1-subnets-security-groups-and-addressing"
-    )
+    assert github_slug("B.1 Subnets, security groups and addressing") == "b1-subnets-security-groups-and-addressing"
     assert github_slug("Missing IAM permissions") == "missing-iam-permissions"
 
 
@@ -624,10 +563,7 @@ def test_s3_reads_are_not_mutations_but_uploads_are() -> None:
 
 
 def test_undo_commands_in_condition_lines_belong_to_the_block() -> None:
-    assert (
-        stray_mutations(GOOD_DOC.replace("yes, revoke it.", "yes, `aws ec2 revoke-security-group-ingress`."))
-        == []
-    )
+    assert stray_mutations(GOOD_DOC.replace("yes, revoke it.", "yes, `aws ec2 revoke-security-group-ingress`.")) == []
 
 
 def test_forbidden_and_dangling_are_reported() -> None:
