@@ -1,4 +1,4 @@
-"""``hyperpod-debugger``: triage | demo | schema | iam-policy.
+"""``hyperpod-debugger``: triage | analyze | probe-script | demo | schema | iam-policy.
 
 Exit codes of ``triage``: 0 no P0/P1 problem; 1 a P0/P1 problem, missing credentials or
 cluster not found; 2 invalid arguments.
@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from importlib import resources
 
 from hyperpod_debugger import __version__, validate
 
@@ -60,9 +62,42 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true")
     demo.add_argument("--no-color", action="store_true")
 
+    analyze = sub.add_parser(
+        "analyze", help="evaluate a saved probe document (or a folder of raw outputs) without AWS access"
+    )
+    source = analyze.add_mutually_exclusive_group(required=True)
+    source.add_argument("--probe-output", type=pathlib.Path, help="JSON document printed by probe.sh")
+    source.add_argument("--raw-dir", type=pathlib.Path, help="folder of raw outputs named <item_id>.txt")
+    analyze.add_argument("--instance-type", required=True, help="e.g. ml.p5.48xlarge")
+    analyze.add_argument("--orchestrator", choices=["eks", "slurm"], help="judges containerd/kubelet or slurmd")
+    analyze.add_argument("--role", choices=["compute", "controller"], default="compute", help="Slurm node role")
+    analyze.add_argument("--now", type=_iso_time, help="evaluation time (default: the document's collected_at)")
+    analyze.add_argument(
+        "--window-hours",
+        type=_hours,
+        default=timedelta(hours=24),
+        dest="window",
+        help="kernel-log window in hours (default 24)",
+    )
+    analyze.add_argument("--instance-id", help="the node's instance id (fills suggested commands)")
+    analyze.add_argument("--instance-group", help="the node's instance group")
+    analyze.add_argument("--cluster", help="cluster name (fills suggested commands)")
+    analyze.add_argument("--region", help="cluster Region (fills suggested commands)")
+    analyze.add_argument("--json", action="store_true")
+    analyze.add_argument("--no-color", action="store_true")
+
+    sub.add_parser("probe-script", help="print the read-only on-node probe script (probe.sh)")
     sub.add_parser("schema", help="print the JSON schema of the triage report")
     sub.add_parser("iam-policy", help="print the read-only IAM policy the triage needs")
     return parser
+
+
+def _iso_time(value: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an ISO-8601 time") from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _region(args: argparse.Namespace) -> str:
@@ -113,6 +148,43 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(json_output=args.json, colour=_use_colour(args))
 
 
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from hyperpod_debugger.analyze import analyze
+    from hyperpod_debugger.probe import document
+    from hyperpod_debugger.render import render_json, render_text
+
+    try:
+        instance_id = validate.instance_id(args.instance_id) if args.instance_id else None
+        cluster = validate.cluster(args.cluster) if args.cluster else None
+        region = validate.region(args.region) if args.region else None
+        if args.probe_output is not None:
+            doc = document.loads(args.probe_output.read_text(errors="replace"))
+        else:
+            doc = document.from_raw_dir(args.raw_dir, collected_at=args.now)
+    except (validate.InvalidArgument, document.ProbeDocumentError, OSError) as exc:
+        print(f"hyperpod-debugger analyze: error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    report = analyze(
+        doc,
+        instance_type=args.instance_type,
+        now=args.now or doc.collected_at or datetime.now(UTC),
+        orchestrator={"eks": "EKS", "slurm": "Slurm"}.get(args.orchestrator or ""),
+        role=args.role,
+        window=args.window,
+        instance_id=instance_id,
+        instance_group=args.instance_group,
+        cluster_name=cluster,
+        region=region,
+    )
+    sys.stdout.write(render_json(report) if args.json else render_text(report, colour=_use_colour(args)))
+    return report.exit_code
+
+
+def cmd_probe_script(_: argparse.Namespace) -> int:
+    sys.stdout.write(resources.files("hyperpod_debugger.probe").joinpath("probe.sh").read_text())
+    return 0
+
+
 def cmd_schema(_: argparse.Namespace) -> int:
     from hyperpod_debugger.model import TriageReport
 
@@ -132,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     handler = {
         "triage": cmd_triage,
         "demo": cmd_demo,
+        "analyze": cmd_analyze,
+        "probe-script": cmd_probe_script,
         "schema": cmd_schema,
         "iam-policy": cmd_iam_policy,
     }[args.command]

@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from hyperpod_debugger.checks.base import CheckContext
-from hyperpod_debugger.checks.commands import sagemaker_argv
 from hyperpod_debugger.checks.logs import hma_detections
 from hyperpod_debugger.iac import drift_note
 from hyperpod_debugger.model import STEP_ORDER, Finding, SuggestedCommand, Tag
-from hyperpod_debugger.observations import ClusterNode, ClusterObservation
-from hyperpod_debugger.suggest import batches, mutating
+from hyperpod_debugger.observations import Cluster, ClusterNode, ClusterObservation
+from hyperpod_debugger.suggest import aws_argv, batches, mutating
 
 #: How long after HyperPod announced a reboot/replacement we still consider it under way.
 #: A replacement normally takes 20-30 minutes.
@@ -45,6 +44,29 @@ _HMA_ACTION = re.compile(r"reboot|replace", re.I)
 _CONTROLLER_GROUP = re.compile(r"controller|head|master", re.I)
 
 _NODE_STEPS = ("drain", "reboot", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The cluster that node commands point at, as the AWS CLI names it. Offline analysis of a
+    probe document may not know it; then no node command can be filled in."""
+
+    arn: str | None
+    name: str | None
+    region: str | None
+    orchestrator: str | None
+    eks_cluster_arn: str | None
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> Target:
+        return cls(cluster.arn, cluster.name, cluster.region, cluster.orchestrator, cluster.eks_cluster_arn)
+
+    @property
+    def known(self) -> bool:
+        return bool(self.name and self.region)
+
+    def sagemaker(self, operation: str, *args: str) -> list[str]:
+        return aws_argv("sagemaker", operation, str(self.region), "--cluster-name", str(self.name), *args)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +128,8 @@ def resource_tags(obs: ClusterObservation) -> dict[str, dict[str, str]]:
 # --------------------------------------------------------------------------- commands
 
 
-def _drain(obs: ClusterObservation, facts: NodeFacts, iid: str, reason: str) -> SuggestedCommand | None:
-    if obs.cluster.orchestrator == "Slurm":
+def _drain(target: Target, facts: NodeFacts, iid: str, reason: str) -> SuggestedCommand | None:
+    if target.orchestrator == "Slurm":
         name = facts.node.slurm_name if facts.node else None
         if not name:
             return None
@@ -119,23 +141,25 @@ def _drain(obs: ClusterObservation, facts: NodeFacts, iid: str, reason: str) -> 
             preconditions=["Run it on the Slurm controller (through an SSM session, § K)."],
             step="drain",
         )
-    if obs.cluster.orchestrator == "EKS":
+    if target.orchestrator == "EKS":
         name = facts.node.eks_name if facts.node else f"hyperpod-{iid}"
         return mutating(
             ["kubectl", "cordon", name],
             f"Stop new pods from being scheduled on {name}; running pods keep running",
             blast_radius=f"Only {name}: marked unschedulable until `kubectl uncordon {name}`.",
             changes_configuration=False,
-            preconditions=[f"kubectl points at the EKS cluster {obs.cluster.eks_cluster_arn}."],
+            preconditions=[
+                f"kubectl points at the EKS cluster {target.eks_cluster_arn or 'of this HyperPod cluster'}."
+            ],
             step="drain",
         )
     return None
 
 
-def _reboot(obs: ClusterObservation, ids: list[str]) -> SuggestedCommand:
+def _reboot(target: Target, ids: list[str]) -> SuggestedCommand:
     who = ids[0] if len(ids) == 1 else f"these {len(ids)} nodes"
     return mutating(
-        sagemaker_argv(obs.cluster, "batch-reboot-cluster-nodes", "--node-ids", *ids),
+        target.sagemaker("batch-reboot-cluster-nodes", "--node-ids", *ids),
         f"Reboot {who} (the second rung, after investigating)",
         blast_radius=(
             f"Reboots {who}: jobs running there stop; each instance keeps its id and its root and secondary "
@@ -151,10 +175,10 @@ def _reboot(obs: ClusterObservation, ids: list[str]) -> SuggestedCommand:
     )
 
 
-def _replace(obs: ClusterObservation, ids: list[str]) -> SuggestedCommand:
+def _replace(target: Target, ids: list[str]) -> SuggestedCommand:
     who = ids[0] if len(ids) == 1 else f"these {len(ids)} nodes"
     return mutating(
-        sagemaker_argv(obs.cluster, "batch-replace-cluster-nodes", "--node-ids", *ids),
+        target.sagemaker("batch-replace-cluster-nodes", "--node-ids", *ids),
         f"Replace {who} with new hardware (the last rung: the fault survived a reboot)",
         blast_radius=(
             f"Terminates {who} and launches new hardware with the same configuration: this permanently "
@@ -187,7 +211,7 @@ def _ordered(commands: list[SuggestedCommand]) -> list[SuggestedCommand]:
 # --------------------------------------------------------------------------- rules
 
 
-def _refine(f: Finding, obs: ClusterObservation, facts: NodeFacts | None, tags: dict) -> Finding:
+def _refine(f: Finding, target: Target, facts: NodeFacts | None, tags: dict) -> Finding:
     commands = [_with_drift_note(c, tags) for c in f.suggested_commands]
     update: dict = {}
     if f.instance_id and f.node_action and facts is not None:
@@ -212,20 +236,24 @@ def _refine(f: Finding, obs: ClusterObservation, facts: NodeFacts | None, tags: 
                 "triage again afterwards and do not start a second reboot or replacement."
             )
             action = "investigate"
+        elif action in ("reboot", "replace") and not target.known:
+            next_step = (next_step or f"The evidence calls for a {action}.") + (
+                " Give --cluster and --region to get the command with the ids filled in."
+            )
         elif action in ("reboot", "replace"):
-            drain = _drain(obs, facts, iid, f"hyperpod-debugger {f.check}")
+            drain = _drain(target, facts, iid, f"hyperpod-debugger {f.check}")
             if action == "replace" and facts.slurm_controller:
-                commands += [c for c in (drain, _reboot(obs, [iid])) if c]
+                commands += [c for c in (drain, _reboot(target, [iid])) if c]
                 action = "reboot"
                 next_step = (
                     "Replacement is not supported on the Slurm controller node: reboot it, and if the fault "
                     "returns open an AWS Support case (see references/node-issue-catalog.md)."
                 )
             elif action == "replace":
-                commands += [c for c in (drain, _replace(obs, [iid])) if c]
+                commands += [c for c in (drain, _replace(target, [iid])) if c]
                 next_step = next_step or "The fault came back after a reboot: replace the node."
             else:
-                commands += [c for c in (drain, _reboot(obs, [iid])) if c]
+                commands += [c for c in (drain, _reboot(target, [iid])) if c]
                 next_step = next_step or "Investigate first; if nothing points at the workload, reboot the node."
         else:
             next_step = next_step or "Investigate with the read-only commands before any node action."
@@ -236,7 +264,7 @@ def _refine(f: Finding, obs: ClusterObservation, facts: NodeFacts | None, tags: 
     return Finding.model_validate({**f.model_dump(), **update})
 
 
-def _batch_findings(findings: list[Finding], obs: ClusterObservation) -> list[Finding]:
+def _batch_findings(findings: list[Finding], target: Target) -> list[Finding]:
     out = []
     for step in ("reboot", "replace"):
         ids = sorted(
@@ -257,26 +285,44 @@ def _batch_findings(findings: list[Finding], obs: ClusterObservation) -> list[Fi
                 section="F",
                 message=f"Batch form of the suggested {step}: {len(ids)} node(s) in {len(chunks)} call(s) "
                 "of at most 25 ids",
-                cluster_arn=obs.cluster.arn,
-                cluster_name=obs.cluster.name,
+                cluster_arn=target.arn,
+                cluster_name=target.name,
                 evidence=[f"{step}: {', '.join(chunk)}" for chunk in chunks],
-                suggested_commands=[build(obs, chunk) for chunk in chunks],
+                suggested_commands=[build(target, chunk) for chunk in chunks],
                 next_step=f"Read each node's finding first; these calls only group the per-node {step} commands.",
             )
         )
     return out
 
 
-def refine(findings: list[Finding], obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
+def apply(
+    findings: list[Finding],
+    target: Target,
+    nodes: dict[str, ClusterNode],
+    *,
+    recovering: dict[str, str] | None = None,
+    controllers: set[str] | frozenset[str] = frozenset(),
+    tags: dict[str, dict[str, str]] | None = None,
+) -> list[Finding]:
     """Apply the ladder and the safety rules to every finding, then add batch forms."""
-    nodes = {n.instance_id: n for n in obs.nodes.value or ()} if obs.nodes.available else {}
-    recovering = recovery_in_progress(obs, ctx.now)
-    controllers = slurm_controllers(obs)
-    tags = resource_tags(obs)
+    recovering = recovering or {}
     refined = []
     for f in findings:
         facts = None
         if f.instance_id:
             facts = NodeFacts(nodes.get(f.instance_id), recovering.get(f.instance_id), f.instance_id in controllers)
-        refined.append(_refine(f, obs, facts, tags))
-    return refined + _batch_findings(refined, obs)
+        refined.append(_refine(f, target, facts, tags or {}))
+    return refined + _batch_findings(refined, target)
+
+
+def refine(findings: list[Finding], obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
+    """The engine over a triage: what the observation knows about each node decides the rules."""
+    nodes = {n.instance_id: n for n in obs.nodes.value or ()} if obs.nodes.available else {}
+    return apply(
+        findings,
+        Target.of(obs.cluster),
+        nodes,
+        recovering=recovery_in_progress(obs, ctx.now),
+        controllers=slurm_controllers(obs),
+        tags=resource_tags(obs),
+    )

@@ -7,6 +7,7 @@ contract with the runbook file: a test reads the file and fails when one of them
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 RUNBOOK_PATH = "references/node-diagnostics-detail.md"
 
@@ -46,10 +47,12 @@ SECTIONS: dict[str, str] = {
 _SECTION_RE = re.compile(r"^[A-O](\.[0-9]+(\.[a-z])?)?$")
 
 
+@lru_cache(maxsize=256)
 def is_section(section: str) -> bool:
     return bool(_SECTION_RE.match(section)) and section in SECTIONS
 
 
+@lru_cache(maxsize=256)
 def anchor(section: str) -> str:
     """GitHub-style anchor of the section heading, e.g. ``G.1.a`` -> ``g1a-gpu-memory-row-remapping``."""
     heading = f"{section} {SECTIONS[section]}"
@@ -63,6 +66,7 @@ def pointer(section: str) -> str:
     return f"{RUNBOOK_PATH} § {section}"
 
 
+@lru_cache(maxsize=1024)
 def link(section: str, base_url: str | None = None) -> str:
     """A clickable link to the section, relative to ``base_url`` when one is configured."""
     target = f"{RUNBOOK_PATH}#{anchor(section)}"

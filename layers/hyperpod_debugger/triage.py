@@ -35,8 +35,8 @@ class TriageRequest:
     log_window: timedelta = timedelta(days=7)
 
 
-def _report(
-    req: TriageRequest,
+def build_report(
+    scope_node: str | None,
     now: datetime,
     cluster: ClusterRef,
     findings: list[Finding],
@@ -47,7 +47,7 @@ def _report(
         tool_version=__version__,
         generated_at=now.isoformat(),
         cluster=cluster,
-        scope_node=req.node,
+        scope_node=scope_node,
         findings=findings,
         coverage=coverage,
         summary=TriageReport.summarise(findings),
@@ -74,7 +74,7 @@ def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageR
         cluster = sagemaker.describe_cluster(clients, req.cluster)
     except CredentialsError as exc:
         error = RunError(kind="credentials", message=f"AWS credentials are missing, expired or rejected: {exc}")
-        return _report(req, now, ref, [], coverage(_all_unknown("no usable credentials")), error)
+        return build_report(req.node, now, ref, [], coverage(_all_unknown("no usable credentials")), error)
     except sagemaker.ClusterNotFound as exc:
         names: list[str] = []
         try:
@@ -86,7 +86,7 @@ def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageR
             message=f"No HyperPod cluster {req.cluster!r} in {req.region}: {exc}",
             clusters_in_region=names,
         )
-        return _report(req, now, ref, [], coverage(_all_unknown("cluster not found")), error)
+        return build_report(req.node, now, ref, [], coverage(_all_unknown("cluster not found")), error)
     except ApiCallError as exc:
         failure = exc.failure
         if failure.kind == "denied":
@@ -99,10 +99,10 @@ def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageR
                 evidence=[failure.message],
                 root_cause=f"The identity running the triage is not allowed to call {failure.action}.",
             )
-            return _report(req, now, ref, [finding], coverage(_all_unknown(failure.describe())))
+            return build_report(req.node, now, ref, [finding], coverage(_all_unknown(failure.describe())))
         kind = "endpoint" if failure.kind in ("endpoint", "timeout") else "internal"
         error = RunError(kind=kind, message=f"Cannot start the triage: {failure.describe()}")
-        return _report(req, now, ref, [], coverage(_all_unknown(failure.describe())), error)
+        return build_report(req.node, now, ref, [], coverage(_all_unknown(failure.describe())), error)
 
     ref = ClusterRef(
         name=cluster.name,
@@ -119,10 +119,10 @@ def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageR
         obs = Collector(clients).collect(cluster, opts)
     except CredentialsError as exc:
         error = RunError(kind="credentials", message=f"AWS credentials expired during the run: {exc}")
-        return _report(req, now, ref, [], coverage(_all_unknown("credentials expired")), error)
+        return build_report(req.node, now, ref, [], coverage(_all_unknown("credentials expired")), error)
     if obs.nodes.available and obs.nodes.value is not None:
         ref.node_count = len(obs.nodes.value)
     ctx = CheckContext(now=now, scope_node=req.node, event_window=req.event_window, log_window=req.log_window)
     findings, checks = run_checks(obs, ctx)
     findings = ladder.refine(findings, obs, ctx)
-    return _report(req, now, ref, findings, coverage(checks))
+    return build_report(req.node, now, ref, findings, coverage(checks))

@@ -9,6 +9,7 @@ is *skipped* with the reason. Access denied on any API becomes one ``Missing IAM
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from hyperpod_debugger.checks import capacity, cluster, config, eks, events, logs, network, nodes, vpc
 from hyperpod_debugger.checks.base import Check, CheckContext
@@ -56,9 +57,16 @@ ACTION_SECTIONS: dict[str, str] = {
 }
 
 
-def run_checks(
-    obs: ClusterObservation, ctx: CheckContext, checks: tuple[Check, ...] = ALL_CHECKS
-) -> tuple[list[Finding], list[CheckCoverage]]:
+def execute(
+    checks: tuple[Check, ...],
+    obs: Any,
+    ctx: Any,
+    identity: dict[str, str | None],
+    scope_node: str | None = None,
+) -> tuple[list[Finding], list[CheckCoverage], dict[str, Check]]:
+    """Run checks over any observation: findings, coverage, and the checks blocked by a denied
+    action (by IAM action). ``identity`` fills the cluster/node fields of the findings the runner
+    itself writes (could-not-check, internal error)."""
     findings: list[Finding] = []
     coverage: list[CheckCoverage] = []
     denied_by: dict[str, Check] = {}
@@ -66,19 +74,23 @@ def run_checks(
         try:
             produced = check.run(obs, ctx)
         except NotApplicable as exc:
-            coverage.append(CheckCoverage(check=check.id, status=CheckStatus.SKIPPED, reason=str(exc)))
+            coverage.append(CheckCoverage.model_construct(check=check.id, status=CheckStatus.SKIPPED, reason=str(exc)))
             continue
         except Unobservable as exc:
-            coverage.append(CheckCoverage(check=check.id, status=CheckStatus.UNKNOWN, reason=exc.failure.describe()))
+            coverage.append(
+                CheckCoverage.model_construct(check=check.id, status=CheckStatus.UNKNOWN, reason=exc.failure.describe())
+            )
             if exc.failure.kind == "denied":
                 denied_by.setdefault(exc.failure.action, check)
             else:
-                findings.append(_could_not_check(obs, check, exc))
+                findings.append(_could_not_check(identity, check, exc))
             continue
         except Exception as exc:  # noqa: BLE001 - outermost boundary of one check: report, never crash the run
             LOG.exception("check %s raised", check.id)
             coverage.append(
-                CheckCoverage(check=check.id, status=CheckStatus.UNKNOWN, reason=f"internal error: {exc!r}")
+                CheckCoverage.model_construct(
+                    check=check.id, status=CheckStatus.UNKNOWN, reason=f"internal error: {exc!r}"
+                )
             )
             findings.append(
                 Finding(
@@ -87,29 +99,36 @@ def run_checks(
                     check=check.id,
                     section=check.section,
                     message=f"{check.title}: internal error in this check ({type(exc).__name__}); result unknown",
-                    cluster_arn=obs.cluster.arn,
-                    cluster_name=obs.cluster.name,
                     evidence=[repr(exc)],
+                    **identity,
                 )
             )
             continue
-        if ctx.scope_node:
+        if scope_node:
             # --node focuses the run: findings about other nodes are left out; cluster-wide ones stay.
-            produced = [f for f in produced if f.instance_id in (None, ctx.scope_node)]
+            produced = [f for f in produced if f.instance_id in (None, scope_node)]
         findings.extend(produced)
         partial = any(f.tag is Tag.UNKNOWN for f in produced)
         coverage.append(
-            CheckCoverage(
+            # Trusted values from the runner itself: no validation needed (this runs per check, per node).
+            CheckCoverage.model_construct(
                 check=check.id,
                 status=CheckStatus.RAN,
                 reason="some inputs could not be read" if partial else None,
             )
         )
-    findings = _permission_findings(obs, denied_by) + findings
-    return findings, coverage
+    return findings, coverage, denied_by
 
 
-def _could_not_check(obs: ClusterObservation, check: Check, exc: Unobservable) -> Finding:
+def run_checks(
+    obs: ClusterObservation, ctx: CheckContext, checks: tuple[Check, ...] = ALL_CHECKS
+) -> tuple[list[Finding], list[CheckCoverage]]:
+    identity = {"cluster_arn": obs.cluster.arn, "cluster_name": obs.cluster.name}
+    findings, coverage, denied_by = execute(checks, obs, ctx, identity, ctx.scope_node)
+    return _permission_findings(obs, denied_by) + findings, coverage
+
+
+def _could_not_check(identity: dict[str, str | None], check: Check, exc: Unobservable) -> Finding:
     # We did not look, so we say so; priority P1 because "could not verify" must not read as healthy.
     return Finding(
         tag=Tag.UNKNOWN,
@@ -117,9 +136,8 @@ def _could_not_check(obs: ClusterObservation, check: Check, exc: Unobservable) -
         check=check.id,
         section=check.section,
         message=f"Could not check {check.title.lower()}: {exc.failure.describe()}",
-        cluster_arn=obs.cluster.arn,
-        cluster_name=obs.cluster.name,
         evidence=[exc.failure.message] if exc.failure.message else [],
+        **identity,
     )
 
 

@@ -1,0 +1,1 @@
+"""On-node probing: the read-only ``probe.sh``, its JSON document, and pure evaluators."""

@@ -1,0 +1,144 @@
+"""The probe document: what ``probe.sh`` prints, or a folder of raw outputs, typed.
+
+Contract (``references/probe.md``)::
+
+    {"schema_version": 1, "hostname": str, "collected_at": ISO-8601, "uptime_s": float,
+     "items": {ITEM_ID: {"command": str, "exit_code": int, "stdout": str, "stderr": str,
+                         "truncated": bool}}}
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+
+#: exit codes that mean "the tool is not there", not "the tool said something is wrong"
+MISSING_TOOL_CODES = frozenset({126, 127})
+#: the probe's marker when it stops an output at its size limit
+TRUNCATION_MARKER = "[hyperpod-debugger: output truncated]"
+
+
+class ProbeDocumentError(ValueError):
+    """The document is not a probe document (clear message, nothing half-loaded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeItem:
+    command: str
+    exit_code: int | None
+    stdout: str
+    stderr: str = ""
+    truncated: bool = False
+
+    @property
+    def missing_tool(self) -> bool:
+        if self.exit_code in MISSING_TOOL_CODES:
+            return True
+        if self.exit_code in (0, None):
+            return False
+        text = f"{self.stderr}\n{self.stdout[:200]}".lower()
+        return "command not found" in text or "not found" in text[:200]
+
+    @property
+    def timed_out(self) -> bool:
+        return self.exit_code == 124
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeDocument:
+    hostname: str
+    collected_at: datetime | None
+    uptime_s: float | None
+    items: dict[str, ProbeItem] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+    #: parse results shared by the evaluators of one document (each item is parsed once)
+    _parsed: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def parsed(self, key: str, parse: Callable[[], T]) -> T:
+        """``parse()`` once per document and ``key``; later calls return the same result."""
+        if key not in self._parsed:
+            self._parsed[key] = parse()
+        return self._parsed[key]
+
+    def item(self, item_id: str) -> ProbeItem | None:
+        return self.items.get(item_id)
+
+    @property
+    def boot_time(self) -> datetime | None:
+        if self.collected_at is None or self.uptime_s is None:
+            return None
+        return self.collected_at - timedelta(seconds=self.uptime_s)
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def from_dict(data: object) -> ProbeDocument:
+    if not isinstance(data, dict):
+        raise ProbeDocumentError("a probe document is a JSON object")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ProbeDocumentError(f"unsupported probe schema_version {version!r} (expected {SCHEMA_VERSION})")
+    raw_items = data.get("items")
+    if not isinstance(raw_items, dict):
+        raise ProbeDocumentError("the probe document has no 'items' object")
+    items: dict[str, ProbeItem] = {}
+    for item_id, raw in raw_items.items():
+        if not isinstance(raw, dict):
+            raise ProbeDocumentError(f"item {item_id!r} is not an object")
+        code = raw.get("exit_code")
+        items[str(item_id)] = ProbeItem(
+            command=str(raw.get("command", "")),
+            exit_code=code if isinstance(code, int) else None,
+            stdout=str(raw.get("stdout") or ""),
+            stderr=str(raw.get("stderr") or ""),
+            truncated=bool(raw.get("truncated", False)),
+        )
+    uptime = data.get("uptime_s")
+    return ProbeDocument(
+        hostname=str(data.get("hostname") or "unknown"),
+        collected_at=_parse_time(data.get("collected_at")),
+        uptime_s=float(uptime) if isinstance(uptime, int | float) else None,
+        items=items,
+    )
+
+
+def loads(text: str) -> ProbeDocument:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        hint = " (the output looks cut short)" if text.rstrip() and not text.rstrip().endswith("}") else ""
+        raise ProbeDocumentError(f"not valid JSON at line {exc.lineno} column {exc.colno}{hint}") from exc
+    return from_dict(data)
+
+
+def from_raw_dir(path: pathlib.Path, collected_at: datetime | None = None) -> ProbeDocument:
+    """A folder of raw outputs named ``<item_id>.txt`` (stdout only; absent items are skipped)."""
+    if not path.is_dir():
+        raise ProbeDocumentError(f"{path} is not a folder")
+    items = {
+        p.stem: ProbeItem(command="(raw file)", exit_code=0, stdout=p.read_text(errors="replace"))
+        for p in sorted(path.glob("*.txt"))
+    }
+    if not items:
+        raise ProbeDocumentError(f"{path} holds no <item_id>.txt files")
+    uptime = None
+    if "uptime" in items:
+        first = items["uptime"].stdout.split()
+        uptime = float(first[0]) if first and first[0].replace(".", "", 1).isdigit() else None
+    return ProbeDocument(hostname=path.name, collected_at=collected_at, uptime_s=uptime, items=items)

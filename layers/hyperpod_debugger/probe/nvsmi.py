@@ -1,0 +1,775 @@
+"""Parsers for the NVIDIA tool outputs the probe collects (``references/probe.md``).
+
+- ``nvidia-smi --query-gpu=… --format=csv`` and ``--query-remapped-rows=…``: driven by the header
+  line, so any field order or subset works; header names may carry units (``power.draw [W]``) and
+  the older ``clocks_throttle_reasons.*`` names map onto ``clocks_event_reasons.*``.
+- ``nvidia-smi -q``: the indented key/value report of every driver generation we have seen
+  (Volta single/double-bit ECC, Ampere SRAM/DRAM, Hopper parity/SEC-DED, 590-era repair keys),
+  keyed by PCI bus id. Only the sections the checks read are kept.
+- ``nvidia-smi nvlink --status``: per GPU, each link's speed or ``<inactive>``.
+- ``dcgmi health --check``: the "Health Monitor Report" table (tree layout of DCGM 2+ and the
+  boxed layout of DCGM 1.x), its overall verdict and the incidents per entity.
+
+Every parser is total: odd, cut or garbled input gives a partial result, never an exception.
+Values nvidia-smi cannot provide (``[N/A]``, ``N/A``, ``[Not Supported]``, ``ERR!``, empty…)
+read as ``None``: "cannot judge", never zero.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import NamedTuple
+
+from hyperpod_debugger.probe.document import TRUNCATION_MARKER
+
+# --------------------------------------------------------------------------- values
+
+_MISSING_WORDS = frozenset(
+    {
+        "",
+        "n/a",
+        "na",
+        "not supported",
+        "unknown",
+        "unknown error",
+        "err!",
+        "none",
+        "-",
+        "requested functionality has been deprecated",
+        "insufficient permissions",
+        "gpu is lost",
+        "not available",
+    }
+)
+_NUMBER = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*(?:[A-Za-z%/()]+\s*)*$")
+_TRUE_WORDS = frozenset({"active", "yes", "enabled", "true", "on"})
+_FALSE_WORDS = frozenset({"not active", "no", "disabled", "false", "off", "inactive"})
+
+
+def is_missing(value: str | None) -> bool:
+    """``[N/A]``, ``N/A``, ``[Not Supported]``, ``ERR!``, empty … : the tool could not say."""
+    if value is None:
+        return True
+    text = value.strip()
+    if text.startswith("[") and text.endswith("]"):
+        return True
+    return text.lower() in _MISSING_WORDS
+
+
+def number(value: str | None) -> float | None:
+    """``350.56 W`` → 350.56, ``81559 MiB`` → 81559.0, ``33 C`` → 33.0; anything else → None."""
+    if value is None or value[:1] == "[":  # "[N/A]", "[Not Supported]": no number, and no exception to pay for
+        return None
+    try:
+        result = float(value)  # the common case: a bare number
+    except ValueError:
+        if is_missing(value):
+            return None
+        match = _NUMBER.match(value.strip())
+        return float(match.group(1)) if match else None
+    return result if math.isfinite(result) else None
+
+
+#: exact spellings nvidia-smi uses, looked up before any normalisation
+_FLAG_WORDS = {
+    "Active": True,
+    "Not Active": False,
+    "Yes": True,
+    "No": False,
+    "Enabled": True,
+    "Disabled": False,
+    "0": False,
+    "1": True,
+}
+
+
+def flag(value: str | None) -> bool | None:
+    """``Active``/``Yes``/``Enabled``/``1`` → True, ``Not Active``/``No``/``Disabled``/``0`` → False.
+
+    A count reads as "any": ``4`` → True (weak spot 15: pending may be printed as a number or Yes/No)."""
+    if value is None:
+        return None
+    known = _FLAG_WORDS.get(value)
+    if known is not None:
+        return known
+    if is_missing(value):
+        return None
+    text = " ".join(value.split()).lower()
+    if text in _TRUE_WORDS:
+        return True
+    if text in _FALSE_WORDS:
+        return False
+    count = number(text)
+    if count is not None:
+        return count > 0
+    return None
+
+
+_BUS_ID = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])")
+
+
+def bus_key(text: str | None) -> str | None:
+    """Normalise a PCI bus id so ``00000000:19:00.0`` (nvidia-smi) and ``0000:19:00.0`` match."""
+    if not text:
+        return None
+    match = _BUS_ID.search(text)
+    if match is None:
+        return None
+    domain, bus, device, function = match.groups()
+    return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}.{function}"
+
+
+def _strip_marker(text: str) -> tuple[str, bool]:
+    if TRUNCATION_MARKER in text:
+        return text.replace(TRUNCATION_MARKER, "\n"), True
+    return text, False
+
+
+# --------------------------------------------------------------------------- CSV
+
+#: older names (and short aliases) → the names the checks read
+_COLUMN_ALIASES = {
+    "retired_pages.sbe": "retired_pages.single_bit_ecc.count",
+    "retired_pages.dbe": "retired_pages.double_bit.count",
+    "gpu_bus_id": "pci.bus_id",
+    "gpu_uuid": "uuid",
+    "gpu_name": "name",
+    "temperature.gpu.current": "temperature.gpu",
+}
+_UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]\s*$")
+_COLUMN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.]*(?:\s*\[[^\]]*\])?$")
+_KNOWN_SINGLE_COLUMNS = frozenset({"index", "name", "uuid", "count", "timestamp", "pstate", "serial"})
+#: lines nvidia-smi prints instead of (or between) rows: never data
+_SMI_MESSAGE = re.compile(
+    r"Unable to determine the device handle|No devices were found|NVIDIA-SMI has failed|"
+    r"Failed to initialize NVML|is not a valid field to query|GPU is lost|Unable to query|"
+    r"couldn't communicate with the NVIDIA driver|Driver/library version mismatch|command not found",
+    re.IGNORECASE,
+)
+#: cheap substring test before the message regex runs over a large report
+_MESSAGE_HINTS = (
+    "Unable to",
+    "No devices",
+    "has failed",
+    "Failed to initialize",
+    "not a valid field",
+    "GPU is lost",
+    "communicate with",
+    "version mismatch",
+    "command not found",
+)
+#: a GPU nvidia-smi enumerates but cannot talk to (fallen off the bus, lost)
+_LOST_GPU = re.compile(r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f:.]+)|GPU is lost", re.IGNORECASE)
+#: the driver is not usable at all: nothing can be seen
+_DRIVER_DOWN = re.compile(
+    r"NVIDIA-SMI has failed|couldn't communicate with the NVIDIA driver|Failed to initialize NVML|"
+    r"Driver/library version mismatch|No devices were found",
+    re.IGNORECASE,
+)
+
+
+@lru_cache(maxsize=1024)
+def normalize_column(name: str) -> str:
+    """``power.draw [W]`` → ``power.draw``; ``clocks_throttle_reasons.x`` → ``clocks_event_reasons.x``."""
+    column = _UNIT_SUFFIX.sub("", name.strip()).lower()
+    if column.startswith("clocks_throttle_reasons"):
+        column = "clocks_event_reasons" + column[len("clocks_throttle_reasons") :]
+    return _COLUMN_ALIASES.get(column, column)
+
+
+@dataclass(frozen=True, slots=True)
+class CsvRow:
+    line: str
+    values: dict[str, str]
+    #: fewer fields than the header: the row was cut (its last field is dropped)
+    partial: bool = False
+
+    def raw(self, column: str) -> str | None:
+        value = self.values.get(column)
+        return None if is_missing(value) else value
+
+    def number(self, column: str) -> float | None:
+        return number(self.values.get(column))
+
+    def flag(self, column: str) -> bool | None:
+        return flag(self.values.get(column))
+
+    @property
+    def bus_id(self) -> str | None:
+        return self.raw("pci.bus_id")
+
+    @property
+    def index(self) -> int | None:
+        value = self.number("index")
+        return int(value) if value is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class CsvTable:
+    #: the header line as printed, None when there was none (columns then come from the contract)
+    header: str | None
+    columns: tuple[str, ...]
+    rows: tuple[CsvRow, ...]
+    #: lines that are not rows: driver errors, lost GPUs, field errors
+    messages: tuple[str, ...] = ()
+    truncated: bool = False
+
+    def has(self, column: str) -> bool:
+        return column in self.columns
+
+    @property
+    def lost_gpu_lines(self) -> tuple[str, ...]:
+        return tuple(line for line in self.messages if _LOST_GPU.search(line))
+
+    @property
+    def driver_down_line(self) -> str | None:
+        return next((line for line in self.messages if _DRIVER_DOWN.search(line)), None)
+
+
+def _split(line: str, width: int) -> list[str]:
+    fields = [part.strip() for part in line.split(",")]
+    if width and len(fields) > width:
+        # a value holding a bare comma: nvidia-smi itself separates with ", "
+        fields = [part.strip() for part in line.split(", ")]
+    return fields
+
+
+def _looks_like_header(fields: list[str]) -> bool:
+    if not all(_COLUMN_NAME.match(f) for f in fields):
+        return False
+    return any(("." in f or "_" in f or f.lower() in _KNOWN_SINGLE_COLUMNS) for f in fields)
+
+
+def parse_csv(text: str, default_columns: tuple[str, ...] = ()) -> CsvTable:
+    """Rows of a ``--format=csv`` answer keyed by normalised column names.
+
+    Without a header line the contract's ``default_columns`` are used (``--format=csv,noheader``)."""
+    text, truncated = _strip_marker(text or "")
+    header: str | None = None
+    columns: tuple[str, ...] = ()
+    rows: list[CsvRow] = []
+    messages: list[str] = []
+    lines = [line.strip() for line in text.splitlines()]
+    # the line cut by the size limit is the last non-empty line when the marker was found
+    last_content = max((i for i, line in enumerate(lines) if line), default=-1) if truncated else -1
+    may_hold_messages = any(hint in text for hint in _MESSAGE_HINTS)
+    for number_, line in enumerate(lines):
+        if not line or line.startswith("#"):
+            continue
+        if may_hold_messages and _SMI_MESSAGE.search(line):
+            messages.append(line)
+            continue
+        fields = _split(line, len(columns))
+        if not columns:
+            if _looks_like_header(fields):
+                header = line
+                columns = tuple(normalize_column(f) for f in fields)
+                continue
+            if not default_columns:
+                messages.append(line)
+                continue
+            columns = tuple(default_columns)
+        if len(columns) > 1 and len(fields) < 2:
+            messages.append(line)
+            continue
+        cut = number_ == last_content or len(fields) < len(columns)
+        if number_ == last_content and len(fields) >= 1:
+            fields = fields[:-1]  # the last value may be cut mid-way: do not trust it
+        values = dict(zip(columns, fields, strict=False))
+        rows.append(CsvRow(line=line, values=values, partial=cut))
+    return CsvTable(header=header, columns=columns, rows=tuple(rows), messages=tuple(messages), truncated=truncated)
+
+
+# --------------------------------------------------------------------------- nvidia-smi -q
+
+_Q_GPU = re.compile(r"^GPU[ \t]+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])[ \t]*$", re.MULTILINE)
+_Q_TOP = re.compile(r"^(Driver Version|Attached GPUs)[ \t]*:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+#: GPU-level sections the checks read; nothing else is walked (an 8-GPU report is ~1,600 lines)
+_Q_SECTIONS = (
+    "Product Name",
+    "ECC Mode",
+    "ECC Errors",
+    "Retired Pages",
+    "Remapped Rows",
+    "Temperature",
+    "Clocks Event Reasons",
+    "Clocks Throttle Reasons",
+    "GPU Reset Status",
+)
+_SECTION_FOLLOWERS = frozenset({"", " ", "\t", ":", "\n"})
+_FIRST_INDENT = re.compile(r"^([ \t]+)\S", re.MULTILINE)
+_SECTION_END: dict[int, re.Pattern[str]] = {}
+
+
+def _section_end(level: int) -> re.Pattern[str]:
+    """The start of the next line indented ``level`` or less (or a blank line)."""
+    pattern = _SECTION_END.get(level)
+    if pattern is None:
+        pattern = _SECTION_END[level] = re.compile(rf"\n(?![ \t]{{{level + 1}}})")
+    return pattern
+
+
+class QEntry(NamedTuple):
+    path: tuple[str, ...]
+    value: str
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class QGpu:
+    """One ``GPU <bus id>`` block of ``nvidia-smi -q`` (only the sections the checks read)."""
+
+    bus_id: str
+    header_line: str
+    entries: tuple[QEntry, ...]
+    sections: frozenset[str] = frozenset()
+    _index: dict[tuple[str, ...], QEntry] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for entry in self.entries:
+            self._index.setdefault(entry.path, entry)
+
+    def get(self, *path: str) -> QEntry | None:
+        return self._index.get(path)
+
+    def under(self, *prefix: str) -> list[QEntry]:
+        size = len(prefix)
+        return [e for e in self.entries if len(e.path) > size and e.path[:size] == prefix]
+
+    @property
+    def product_name(self) -> str | None:
+        entry = self.get("product name")
+        return entry.value if entry and not is_missing(entry.value) else None
+
+
+@dataclass(frozen=True, slots=True)
+class QReport:
+    driver_version: str | None
+    attached_gpus: int | None
+    attached_line: str | None
+    gpus: tuple[QGpu, ...]
+    messages: tuple[str, ...] = ()
+    truncated: bool = False
+
+    @property
+    def incomplete(self) -> bool:
+        """Cut short: the marker, or fewer GPU blocks than "Attached GPUs" announced."""
+        return self.truncated or (self.attached_gpus is not None and len(self.gpus) < self.attached_gpus)
+
+    @property
+    def lost_gpu_lines(self) -> tuple[str, ...]:
+        return tuple(line for line in self.messages if _LOST_GPU.search(line))
+
+    @property
+    def driver_down_line(self) -> str | None:
+        return next((line for line in self.messages if _DRIVER_DOWN.search(line)), None)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _parse_section(text: str, entries: list[QEntry]) -> None:
+    """Key/value lines of one GPU-level section into entries, the path following the indentation."""
+    indents: list[int] = []
+    keys: list[str] = []
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if not stripped:
+            continue
+        indent = len(raw) - len(raw.lstrip())
+        key, sep, value = stripped.partition(":")
+        key = key.rstrip().lower()
+        while indents and indents[-1] >= indent:
+            indents.pop()
+            keys.pop()
+        keys.append(key)
+        indents.append(indent)
+        if sep:
+            entries.append(QEntry(tuple(keys), value.strip(), stripped))
+
+
+def _message_lines(text: str) -> tuple[str, ...]:
+    """Whole lines holding an nvidia-smi error message (each once)."""
+    found: dict[int, str] = {}
+    if not any(hint in text for hint in _MESSAGE_HINTS):
+        return ()
+    for match in _SMI_MESSAGE.finditer(text):
+        start = text.rfind("\n", 0, match.start()) + 1
+        if start not in found:
+            end = text.find("\n", match.end())
+            found[start] = text[start : end if end != -1 else len(text)].strip()
+    return tuple(found.values())
+
+
+def parse_q(text: str) -> QReport:
+    text, truncated = _strip_marker(text or "")
+    headers = list(_Q_GPU.finditer(text))
+    preamble = text[: headers[0].start()] if headers else text
+    driver = attached_line = None
+    attached: int | None = None
+    for top in _Q_TOP.finditer(preamble):
+        if top.group(1) == "Driver Version":
+            driver = top.group(2)
+        else:
+            attached_line = top.group(0).strip()
+            count = number(top.group(2))
+            attached = int(count) if count is not None else None
+    gpus: list[QGpu] = []
+    for position, header in enumerate(headers):
+        stop = headers[position + 1].start() if position + 1 < len(headers) else len(text)
+        begin = header.end()
+        first = _FIRST_INDENT.search(text, begin, stop)
+        indent = first.group(1) if first else "    "
+        level = len(indent)
+        entries: list[QEntry] = []
+        sections: set[str] = set()
+        for name in _Q_SECTIONS:
+            start = text.find(f"\n{indent}{name}", begin, stop)
+            if start == -1:
+                continue
+            name_end = start + 1 + level + len(name)
+            if text[name_end : name_end + 1] not in _SECTION_FOLLOWERS:
+                continue
+            end = _section_end(level).search(text, name_end, stop)
+            _parse_section(text[start + 1 : end.start() if end else stop], entries)
+            sections.add(name.lower())
+        gpus.append(
+            QGpu(
+                bus_id=header.group(1),
+                header_line=header.group(0).strip(),
+                entries=tuple(entries),
+                sections=frozenset(sections),
+            )
+        )
+    # driver and lost-GPU messages come before the GPU blocks, or instead of them
+    cut = attached is not None and len(gpus) < attached
+    messages = _message_lines(text if cut or not gpus else preamble)
+    return QReport(
+        driver_version=driver,
+        attached_gpus=attached,
+        attached_line=attached_line,
+        gpus=tuple(gpus),
+        messages=messages,
+        truncated=truncated,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """A summed counter and the lines it came from; ``value`` None = not reported."""
+
+    value: int | None
+    lines: tuple[str, ...] = ()
+
+
+def _sum(entries: list[QEntry]) -> Counted:
+    total: float | None = None
+    lines: list[str] = []
+    for entry in entries:
+        value = number(entry.value)
+        if value is None:
+            continue
+        total = (total or 0) + value
+        lines.append(entry.line)
+    return Counted(int(total) if total is not None else None, tuple(lines))
+
+
+def q_ecc(gpu: QGpu, scope: str) -> tuple[Counted, Counted]:
+    """(uncorrectable, correctable) ECC counts of ``scope`` ("volatile" or "aggregate").
+
+    Ampere/Hopper list ``SRAM/DRAM (Un)Correctable[ Parity| SEC-DED]`` (summed); Volta lists
+    ``Single Bit``/``Double Bit`` blocks per memory type with a ``Total`` (used when present)."""
+    uncorrected: list[QEntry] = []
+    corrected: list[QEntry] = []
+    bits: dict[str, list[QEntry]] = {"single bit": [], "double bit": []}
+    for entry in gpu.under("ecc errors", scope):
+        rel = entry.path[2:]
+        if rel[0] in bits:
+            bits[rel[0]].append(entry)
+            continue
+        leaf = rel[-1]
+        if "uncorrectable" in leaf:
+            uncorrected.append(entry)
+        elif "correctable" in leaf:
+            corrected.append(entry)
+    for kind, target in (("double bit", uncorrected), ("single bit", corrected)):
+        block = bits[kind]
+        totals = [e for e in block if e.path[-1] == "total"]
+        target.extend(totals if totals and number(totals[0].value) is not None else block)
+    return _sum(uncorrected), _sum(corrected)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One value with the verbatim line it was read from."""
+
+    value: object
+    line: str
+
+
+def q_value(gpu: QGpu, section: str, *leaves: str) -> QEntry | None:
+    """The first entry under ``section`` whose last key is one of ``leaves`` (any depth)."""
+    for entry in gpu.under(section):
+        if entry.path[-1] in leaves:
+            return entry
+    return None
+
+
+def q_retired_pages(gpu: QGpu) -> dict[str, Reading]:
+    """``single``/``double`` (counts) and ``pending`` (flag) of the Retired Pages block."""
+    found: dict[str, Reading] = {}
+    for entry in gpu.under("retired pages"):
+        leaf = entry.path[-1]
+        if leaf.startswith("single bit"):
+            value: object = number(entry.value)
+            name = "single"
+        elif leaf.startswith("double bit"):
+            value = number(entry.value)
+            name = "double"
+        elif leaf.startswith("pending"):
+            value = flag(entry.value)
+            name = "pending"
+        else:
+            continue
+        if value is not None and name not in found:
+            found[name] = Reading(value, entry.line)
+    return found
+
+
+def q_remapped_rows(gpu: QGpu) -> dict[str, Reading]:
+    """``correctable``/``uncorrectable`` (counts), ``pending``/``failure`` (flags); {} when N/A."""
+    keys = {
+        "correctable error": ("correctable", number),
+        "uncorrectable error": ("uncorrectable", number),
+        "pending": ("pending", flag),
+        "remapping failure occurred": ("failure", flag),
+    }
+    found: dict[str, Reading] = {}
+    for entry in gpu.under("remapped rows"):
+        if len(entry.path) != 2 or entry.path[1] not in keys:
+            continue
+        name, convert = keys[entry.path[1]]
+        value = convert(entry.value)
+        if value is not None:
+            found[name] = Reading(value, entry.line)
+    return found
+
+
+# --------------------------------------------------------------------------- nvlink --status
+
+_NVL_GPU = re.compile(r"^\s*(?:#\s*)?GPU\s+(\d+)\s*:\s*(.*?)\s*(?:\(UUID:\s*([^)]*)\))?\s*$")
+_NVL_ALL_INACTIVE = re.compile(r"all links are in ?active", re.IGNORECASE)
+
+
+class NvLink(NamedTuple):
+    number: int
+    line: str
+    #: True up, False inactive/down, None unreadable
+    active: bool | None
+    speed_gbps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NvLinkGpu:
+    index: int
+    name: str
+    uuid: str | None
+    line: str
+    links: tuple[NvLink, ...]
+    #: the driver's "all links are inActive" line for this GPU, if printed
+    all_inactive_line: str | None = None
+
+    @property
+    def inactive(self) -> tuple[NvLink, ...]:
+        return tuple(link for link in self.links if link.active is False)
+
+    @property
+    def active(self) -> tuple[NvLink, ...]:
+        return tuple(link for link in self.links if link.active)
+
+
+@dataclass(frozen=True, slots=True)
+class NvLinkReport:
+    gpus: tuple[NvLinkGpu, ...]
+    messages: tuple[str, ...] = ()
+    truncated: bool = False
+
+    @property
+    def all_inactive_line(self) -> str | None:
+        return next((line for line in self.messages if _NVL_ALL_INACTIVE.search(line)), None)
+
+
+def _link_state(value: str) -> tuple[bool | None, float | None]:
+    text = value.strip()
+    if text.endswith("GB/s"):
+        try:
+            gbps = float(text[:-4])
+        except ValueError:
+            gbps = None
+        if gbps is not None:
+            return gbps > 0, gbps
+    lowered = text.lower()
+    if "inactive" in lowered or "down" in lowered or "disabled" in lowered:
+        return False, None
+    return None, None
+
+
+def parse_nvlink(text: str) -> NvLinkReport:
+    text, truncated = _strip_marker(text or "")
+    gpus: list[NvLinkGpu] = []
+    messages: list[str] = []
+    current: dict | None = None
+
+    def close() -> None:
+        if current is not None:
+            gpus.append(NvLinkGpu(**{**current, "links": tuple(current["links"])}))
+
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("Link ") and current is not None:
+            number_text, sep, state = line[5:].partition(":")
+            if sep and number_text.strip().isdigit():
+                active, speed = _link_state(state)
+                current["links"].append(NvLink(int(number_text), line, active, speed))
+                continue
+        gpu = _NVL_GPU.match(line) if "GPU" in line else None
+        if gpu:
+            close()
+            uuid = gpu.group(3).strip() if gpu.group(3) else None
+            current = {"index": int(gpu.group(1)), "name": gpu.group(2), "uuid": uuid, "line": line, "links": []}
+            continue
+        if _NVL_ALL_INACTIVE.search(line) and current is not None and not current["links"]:
+            current["all_inactive_line"] = line
+            continue
+        if "$" in line and "nvidia-smi" in line:
+            continue  # a shell prompt pasted with the output
+        messages.append(line)
+    close()
+    return NvLinkReport(gpus=tuple(gpus), messages=tuple(messages), truncated=truncated)
+
+
+# --------------------------------------------------------------------------- dcgmi health
+
+_DCGM_VERDICTS = ("Healthy", "Warning", "Failure", "Internal error")
+_DCGM_OVERALL = re.compile(r"Overall Health\s*(?:\|\s*|:\s*)(Healthy|Warning|Failure|Internal error)", re.IGNORECASE)
+_DCGM_OLD_ENTITY = re.compile(r"^(GPU|NvSwitch|Switch|CPU|ConnectX)\s+ID:\s*(\d+)$", re.IGNORECASE)
+_DCGM_OLD_SYSTEM = re.compile(r"^(.+? system|Driver)\s*:\s*(Healthy|Warning|Failure)\s*-\s*(.*)$", re.IGNORECASE)
+_DCGM_ERROR = re.compile(r"^Error\b|unable to (?:establish|connect|check)|not enabled|host engine", re.IGNORECASE)
+
+
+@dataclass(slots=True)
+class DcgmIncident:
+    entity: str  # "GPU 0", "NvSwitch 1", "system"
+    health: str  # "Warning" / "Failure"
+    system: str | None = None  # "Memory system", "PCIe system", …
+    message: str = ""
+    lines: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmHealth:
+    overall: str | None
+    overall_line: str | None
+    incidents: tuple[DcgmIncident, ...]
+    #: why there is no verdict ("Error: Health watches not enabled…", connection errors)
+    error_line: str | None = None
+    truncated: bool = False
+
+
+def _verdict(text: str) -> str | None:
+    for verdict in _DCGM_VERDICTS:
+        if text.lower().startswith(verdict.lower()):
+            return verdict
+    return None
+
+
+def parse_dcgm_health(text: str) -> DcgmHealth:
+    text, truncated = _strip_marker(text or "")
+    overall = overall_line = error_line = None
+    incidents: list[DcgmIncident] = []
+    group = "GPU"
+    entity: str | None = None
+    entity_health: str | None = None
+    current: DcgmIncident | None = None
+
+    def add(incident: DcgmIncident) -> DcgmIncident:
+        incidents.append(incident)
+        return incident
+
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        stripped = line.strip()
+        if not stripped or set(stripped) <= set("+-=|"):
+            continue
+        found = _DCGM_OVERALL.search(stripped)
+        if found:
+            overall, overall_line = _verdict(found.group(1)) or found.group(1), stripped
+            continue
+        if not (stripped.startswith("|") and stripped.endswith("|")):
+            if error_line is None and _DCGM_ERROR.search(stripped):
+                error_line = stripped
+            continue
+        inner = stripped[1:-1]
+        if " | " not in inner:
+            continue  # the report's title row
+        left_raw, right = inner.split(" | ", 1)
+        left_raw = left_raw[1:] if left_raw.startswith(" ") else left_raw
+        left, right = left_raw.strip(), right.strip()
+        level = 0
+        if left.startswith("->"):
+            level = _indent(left_raw) // 3 + 1
+            left = left[2:].strip()
+        old = _DCGM_OLD_ENTITY.match(left)
+        if old:  # DCGM 1.x: "GPU ID: 0 | Warning"
+            entity, entity_health, current = f"{old.group(1)} {old.group(2)}", _verdict(right), None
+            continue
+        if not left:  # an overflow row: the message of the system (or entity) above
+            if not right:
+                continue
+            old_system = _DCGM_OLD_SYSTEM.match(right)
+            if old_system and entity:  # DCGM 1.x: "<system>: <health> - <message>" under the entity
+                verdict = _verdict(old_system.group(2))
+                current = None
+                if verdict in ("Warning", "Failure"):
+                    current = add(
+                        DcgmIncident(
+                            entity=entity,
+                            health=verdict,
+                            system=old_system.group(1),
+                            message=old_system.group(3),
+                            lines=[stripped],
+                        )
+                    )
+                continue
+            if current is None and entity and entity_health in ("Warning", "Failure"):
+                current = add(DcgmIncident(entity=entity, health=entity_health))
+            if current is not None:
+                current.message = f"{current.message} {right}".strip()
+                current.lines.append(stripped)
+            continue
+        if level == 0:
+            group, entity, current = left, None, None
+            continue
+        if level == 1:
+            entity, entity_health, current = f"{group} {left}", _verdict(right), None
+            continue
+        if left.lower() == "errors":
+            continue
+        verdict = _verdict(right)
+        if entity and verdict in ("Warning", "Failure"):
+            current = add(DcgmIncident(entity=entity, health=verdict, system=left, lines=[stripped]))
+        else:
+            current = None
+    return DcgmHealth(
+        overall=overall,
+        overall_line=overall_line,
+        incidents=tuple(incidents),
+        error_line=error_line,
+        truncated=truncated,
+    )

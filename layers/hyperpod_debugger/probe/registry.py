@@ -1,0 +1,32 @@
+"""All on-node evaluators, in report order, and the runner over one probe document."""
+
+from __future__ import annotations
+
+from hyperpod_debugger.checks.base import Check
+from hyperpod_debugger.checks.registry import execute
+from hyperpod_debugger.model import CheckCoverage, Finding
+from hyperpod_debugger.probe import efa, gpu, kernel, neuron, resources, services, timesync
+from hyperpod_debugger.probe.base import ProbeContext
+from hyperpod_debugger.probe.document import ProbeDocument
+
+PROBE_CHECKS: tuple[Check, ...] = (
+    *gpu.CHECKS,
+    *kernel.CHECKS,
+    *neuron.CHECKS,
+    *efa.CHECKS,
+    *resources.CHECKS,
+    *timesync.CHECKS,
+    *services.CHECKS,
+)
+
+
+def evaluate(doc: ProbeDocument, ctx: ProbeContext) -> tuple[list[Finding], list[CheckCoverage]]:
+    """Every evaluator over one document; a missing tool skips a check, a timeout makes it unknown."""
+    identity = {
+        "cluster_arn": ctx.cluster_arn,
+        "cluster_name": ctx.cluster_name,
+        "instance_id": ctx.instance_id,
+        "instance_group": ctx.instance_group,
+    }
+    findings, coverage, _ = execute(PROBE_CHECKS, doc, ctx, identity)
+    return findings, coverage

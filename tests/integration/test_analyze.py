@@ -1,0 +1,161 @@
+"""``hyperpod-debugger analyze`` end to end: saved probe output in, findings with the right sections out."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jsonschema
+import pytest
+
+from hyperpod_debugger.cli import main
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((ROOT / "references" / "triage-report.schema.json").read_text())
+NOW = "2026-11-30T12:00:00Z"
+
+GPU_HEADER = (
+    "index, pci.bus_id, name, uuid, temperature.gpu, ecc.errors.uncorrected.volatile.total, "
+    "ecc.errors.uncorrected.aggregate.total"
+)
+
+
+def gpu_rows(count: int) -> str:
+    rows = [GPU_HEADER] + [
+        f"{i}, 00000000:{0x18 + 0x10 * i:02X}:00.0, NVIDIA H100 80GB HBM3, GPU-{i:08x}-aaaa-bbbb-cccc-dddddddddddd, 40, 0, 0"
+        for i in range(count)
+    ]
+    return "\n".join(rows) + "\n"
+
+
+REMAP_PENDING = (
+    "gpu_bus_id, gpu_uuid, remapped_rows.correctable, remapped_rows.uncorrectable, remapped_rows.pending, "
+    "remapped_rows.failure\n"
+    "00000000:18:00.0, GPU-00000000-aaaa-bbbb-cccc-dddddddddddd, 0, 1, Yes, No\n"
+)
+DCGM_FAIL = """+---------------------------+----------------------------------------------------------+
+| Health Monitor Report                                                                |
++===========================+==========================================================+
+| Overall Health            | Failure                                                  |
++---------------------------+----------------------------------------------------------+
+| GPU ID: 3                 | Failure                                                  |
+|                           | PCIe system: Failure - Detected more than 8 PCIe replays |
+|                           | per minute for GPU 3 : 12 Reconnect PCIe card. Run       |
+|                           | system side PCIE diagnostic utilities to verify hops off |
+|                           | the GPU board                                            |
++---------------------------+----------------------------------------------------------+
+"""
+NEURON_TABLE_TWO = """instance-type: trn1.32xlarge
+instance-id: i-0123456789abcdef0
++--------+--------+--------+---------------+---------+
+| NEURON | NEURON | NEURON | CONNECTED     | PCI     |
+| DEVICE | CORES  | MEMORY | DEVICES       | BDF     |
++--------+--------+--------+---------------+---------+
+| 0      | 2      | 32 GB  | 12, 3, 4, 1   | 10:1c.0 |
+| 1      | 2      | 32 GB  | 13, 0, 5, 2   | 10:1d.0 |
++--------+--------+--------+---------------+---------+
+"""
+DF_FULL = (
+    "Filesystem     1024-blocks      Used Available Capacity Mounted on\n"
+    "/dev/nvme0n1p1     104857600  99614720   5242880      95% /\n"
+)
+FINDMNT_ROOT = json.dumps({"filesystems": [{"target": "/", "source": "/dev/nvme0n1p1", "fstype": "xfs", "size": "100G"}]})
+PANIC_PREVIOUS_BOOT = (
+    "2026-11-30T03:14:15.926535+00:00 ip-10-1-2-3 kernel: Kernel panic - not syncing: Fatal exception in interrupt\n"
+)
+CHRONY_UNSYNCED = (
+    "Reference ID    : 00000000 ()\nStratum         : 0\nRef time (UTC)  : Thu Jan 01 00:00:00 1970\n"
+    "System time     : 0.000000000 seconds fast of NTP time\nLast offset     : +0.000000000 seconds\n"
+    "RMS offset      : 0.000000000 seconds\nFrequency       : 0.000 ppm slow\nResidual freq   : +0.000 ppm\n"
+    "Skew            : 0.000 ppm\nRoot delay      : 1.000000000 seconds\nRoot dispersion : 1.000000000 seconds\n"
+    "Update interval : 0.0 seconds\nLeap status     : Not synchronised\n"
+)
+
+SCENARIOS = {
+    "G.1": ("ml.p5.48xlarge", None, {"nvidia_smi_query_gpu": gpu_rows(7)}),
+    "G.1.a": ("ml.p5.48xlarge", None, {"nvidia_smi_remapped_rows": REMAP_PENDING}),
+    "G.1.b": ("ml.p5.48xlarge", None, {"dcgmi_health": DCGM_FAIL}),
+    "G.2": ("ml.trn1.32xlarge", None, {"neuron_ls": NEURON_TABLE_TWO}),
+    "A": ("ml.p5.48xlarge", None, {"efa_module": "2.13.0g\n", "efa_devices": "rdmap16s27\nrdmap17s27\n",
+                                  "fi_info_efa": "provider: efa\n    fabric: efa\n"}),
+    "I.2": ("ml.p5.48xlarge", None, {"df": DF_FULL, "findmnt": FINDMNT_ROOT}),
+    "I.5": ("ml.p5.48xlarge", None, {"chronyc_tracking": CHRONY_UNSYNCED}),
+    "N": ("ml.p5.48xlarge", None, {"kernel_log_previous_boot": PANIC_PREVIOUS_BOOT, "kernel_log": ""}),
+    "K": ("ml.p5.48xlarge", None, {"systemctl_is_active": "amazon-ssm-agent inactive\n"
+                                   "snap.amazon-ssm-agent.amazon-ssm-agent inactive\n"}),
+    "M": ("ml.p5.48xlarge", "eks", {"systemctl_is_active": "amazon-ssm-agent active\ncontainerd inactive\n"
+                                    "kubelet active\n"}),
+    "H": ("ml.p5.48xlarge", "slurm", {"systemctl_is_active": "amazon-ssm-agent active\nslurmd failed\n"
+                                      "munge active\n"}),
+}
+
+
+def _probe_json(tmp_path: pathlib.Path, items: dict[str, str]) -> pathlib.Path:
+    doc = {
+        "schema_version": 1,
+        "hostname": "ip-10-1-2-3",
+        "collected_at": NOW,
+        "uptime_s": 86400.0,
+        "items": {k: {"command": k, "exit_code": 0, "stdout": v, "stderr": "", "truncated": False}
+                  for k, v in items.items()},
+    }
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("section", sorted(SCENARIOS))
+def test_each_fault_is_reported_in_its_section(section, tmp_path, capsys):
+    instance_type, orchestrator, items = SCENARIOS[section]
+    argv = ["analyze", "--probe-output", str(_probe_json(tmp_path, items)), "--instance-type", instance_type,
+            "--json", "--now", NOW]
+    if orchestrator:
+        argv += ["--orchestrator", orchestrator]
+    code = main(argv)
+    report = json.loads(capsys.readouterr().out)
+    jsonschema.validate(report, SCHEMA)
+    sections = {f["section"] for f in report["findings"] if f["tag"] in ("FAIL", "WARN")}
+    assert section in sections, report["findings"]
+    assert code == report["exit_code"]
+
+
+def test_raw_dir_with_missing_tools_skips_instead_of_failing(tmp_path, capsys):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "df.txt").write_text("Filesystem 1024-blocks Used Available Capacity Mounted on\n"
+                                "/dev/nvme0n1p1 104857600 10485760 94371840 10% /\n")
+    (raw / "findmnt.txt").write_text(FINDMNT_ROOT)
+    code = main(["analyze", "--raw-dir", str(raw), "--instance-type", "ml.p5.48xlarge", "--json", "--now", NOW])
+    report = json.loads(capsys.readouterr().out)
+    status = {c["check"]: c["status"] for c in report["coverage"]["checks"]}
+    assert status["probe.root_volume"] == "ran" and status["probe.gpu_count"] == "skipped"
+    assert not any(f["tag"] == "FAIL" for f in report["findings"]) and code == 0
+
+
+def test_node_commands_are_filled_in_when_the_node_is_named(tmp_path, capsys):
+    path = _probe_json(tmp_path, {"nvidia_smi_query_gpu": gpu_rows(7)})
+    main(["analyze", "--probe-output", str(path), "--instance-type", "ml.p5.48xlarge", "--json", "--now", NOW,
+          "--instance-id", "i-0123456789abcdef0", "--cluster", "ml-eks-prod", "--region", "us-west-2",
+          "--orchestrator", "eks"])
+    report = json.loads(capsys.readouterr().out)
+    [count] = [f for f in report["findings"] if f["check"] == "probe.gpu_count"]
+    commands = [c["command"] for c in count["suggested_commands"]]
+    assert any("batch-reboot-cluster-nodes" in c and "i-0123456789abcdef0" in c for c in commands)
+    assert any(c.startswith("kubectl cordon hyperpod-i-0123456789abcdef0") for c in commands)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("{not json", "not valid JSON"), ('{"schema_version": 7, "items": {}}', "schema_version"), ("[]", "JSON object")],
+)
+def test_bad_documents_get_a_clear_message_and_exit_2(content, message, tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    assert main(["analyze", "--probe-output", str(path), "--instance-type", "ml.p5.48xlarge"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_probe_script_command_prints_the_packaged_script(capsys):
+    assert main(["probe-script"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("#!/usr/bin/env bash") and "nvidia_smi_query_gpu" in out
