@@ -1,4 +1,4 @@
-"""``hyperpod-debugger``: triage | analyze | probe-script | demo | schema | iam-policy.
+"""``hyperpod-debugger``: triage | probe | analyze | probe-script | demo | schema | iam-policy.
 
 Exit codes of ``triage``: 0 no P0/P1 problem; 1 a P0/P1 problem, missing credentials or
 cluster not found; 2 invalid arguments.
@@ -57,6 +57,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     triage.add_argument("--json", action="store_true", help="print the JSON report (documented schema)")
     triage.add_argument("--no-color", action="store_true", help="never colour the text report")
+    _probe_arguments(triage)
+    triage.add_argument("--no-probe", action="store_true", help="skip the on-node probe (cluster-level checks only)")
+    triage.add_argument(
+        "--max-probe-nodes",
+        type=_positive_int,
+        default=25,
+        help="probe at most N nodes per run, suspect and accelerator nodes first (default 25)",
+    )
+
+    probe = sub.add_parser("probe", help="run the read-only probe on one node through Session Manager")
+    probe.add_argument("--cluster", required=True, help="HyperPod cluster name or ARN")
+    probe.add_argument("--region", help="AWS Region (default: the ARN's, then AWS_DEFAULT_REGION/AWS_REGION)")
+    probe.add_argument("--node", required=True, help="the node's EC2 instance id")
+    probe.add_argument("--json", action="store_true")
+    probe.add_argument("--no-color", action="store_true")
+    _probe_arguments(probe)
 
     demo = sub.add_parser("demo", help="triage two simulated clusters in an embedded moto server (no AWS account)")
     demo.add_argument("--json", action="store_true")
@@ -92,6 +108,41 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from exc
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from exc
+    if number <= 0:
+        raise argparse.ArgumentTypeError("must be above 0")
+    return number
+
+
+def _probe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--probe-rate",
+        type=_positive_float,
+        default=3.0,
+        help="StartSession calls per second (SSM allows about 3 per account; default 3)",
+    )
+    parser.add_argument(
+        "--probe-timeout",
+        type=_positive_float,
+        default=180.0,
+        help="seconds one node's probe may take before it is reported TIMEOUT (default 180)",
+    )
+
+
 def _iso_time(value: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -118,6 +169,7 @@ def _use_colour(args: argparse.Namespace) -> bool:
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
+    from hyperpod_debugger.probe.runner import ProbeOptions
     from hyperpod_debugger.render import render_json, render_text
     from hyperpod_debugger.triage import TriageRequest, run_triage
 
@@ -126,11 +178,22 @@ def cmd_triage(args: argparse.Namespace) -> int:
         region = _region(args)
         node = validate.instance_id(args.node) if args.node else None
     except validate.InvalidArgument as exc:
-        print(f"hyperpod-debugger triage: error: {exc}", file=sys.stderr)
+        print(f"hyperpod-debugger {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    options = ProbeOptions(
+        max_nodes=getattr(args, "max_probe_nodes", 1), rate=args.probe_rate, timeout=args.probe_timeout
+    )
+    probe_only = args.command == "probe"
     report = run_triage(
         TriageRequest(
-            cluster=cluster, region=region, node=node, event_window=args.event_window, log_window=args.log_window
+            cluster=cluster,
+            region=region,
+            node=node,
+            event_window=getattr(args, "event_window", timedelta(hours=24)),
+            log_window=getattr(args, "log_window", timedelta(days=7)),
+            probe=probe_only or not args.no_probe,
+            probe_options=options,
+            probe_only=probe_only,
         )
     )
     sys.stdout.write(render_json(report) if args.json else render_text(report, colour=_use_colour(args)))
@@ -203,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {
         "triage": cmd_triage,
+        "probe": cmd_triage,
         "demo": cmd_demo,
         "analyze": cmd_analyze,
         "probe-script": cmd_probe_script,

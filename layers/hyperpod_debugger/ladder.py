@@ -105,10 +105,14 @@ def recovery_in_progress(obs: ClusterObservation, now: datetime) -> dict[str, st
     return found
 
 
+def is_controller(cluster: Cluster, node: ClusterNode) -> bool:
+    return cluster.orchestrator == "Slurm" and bool(_CONTROLLER_GROUP.search(node.group))
+
+
 def slurm_controllers(obs: ClusterObservation) -> set[str]:
-    if obs.cluster.orchestrator != "Slurm" or not obs.nodes.available:
+    if not obs.nodes.available:
         return set()
-    return {n.instance_id for n in obs.nodes.value or () if _CONTROLLER_GROUP.search(n.group)}
+    return {n.instance_id for n in obs.nodes.value or () if is_controller(obs.cluster, n)}
 
 
 def resource_tags(obs: ClusterObservation) -> dict[str, dict[str, str]]:

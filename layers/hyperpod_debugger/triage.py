@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from hyperpod_debugger import __version__, ladder
@@ -23,6 +24,8 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
+from hyperpod_debugger.observations import Cluster, ClusterNode
+from hyperpod_debugger.probe.runner import ProbeOptions, probe_cluster
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,11 @@ class TriageRequest:
     now: datetime | None = None
     event_window: timedelta = timedelta(hours=24)
     log_window: timedelta = timedelta(days=7)
+    #: run the on-node probe through Session Manager (the CLI turns it on; tests and callers choose)
+    probe: bool = False
+    probe_options: ProbeOptions = ProbeOptions()
+    #: only probe the node named in ``node`` (``hyperpod-debugger probe``): no cluster-level checks
+    probe_only: bool = False
 
 
 def build_report(
@@ -58,6 +66,75 @@ def build_report(
 
 def _all_unknown(reason: str) -> list[CheckCoverage]:
     return [CheckCoverage(check=c.id, status=CheckStatus.UNKNOWN, reason=reason) for c in ALL_CHECKS]
+
+
+def _cluster_ref(cluster: Cluster, account: str | None) -> ClusterRef:
+    return ClusterRef(
+        name=cluster.name,
+        arn=cluster.arn,
+        cluster_id=cluster.cluster_id,
+        region=cluster.region,
+        account_id=account or cluster.account_id,
+        status=cluster.status,
+        orchestrator=cluster.orchestrator,
+        eks_cluster_arn=cluster.eks_cluster_arn,
+    )
+
+
+def _probe_one_node(
+    req: TriageRequest,
+    clients: AwsClients,
+    cluster: Cluster,
+    now: datetime,
+    account: str | None,
+    coverage: Callable[[list[CheckCoverage]], Coverage],
+) -> TriageReport:
+    """``hyperpod-debugger probe``: describe the one node, probe it, evaluate, apply the ladder."""
+    ref = _cluster_ref(cluster, account)
+    assert req.node is not None
+    try:
+        detail = sagemaker.describe_cluster_node(clients, cluster, req.node)
+    except ApiCallError as exc:
+        if exc.failure.kind == "not_found":
+            message = f"Node {req.node} is not part of cluster {cluster.name}"
+        else:
+            message = f"Could not describe node {req.node}: {exc.failure.describe()}"
+        finding = Finding(
+            tag=Tag.FAIL if exc.failure.kind == "not_found" else Tag.UNKNOWN,
+            priority=Priority.P0 if exc.failure.kind == "not_found" else Priority.P1,
+            check="nodes.focus",
+            section="F" if exc.failure.kind == "not_found" else "K",
+            message=message,
+            cluster_arn=cluster.arn,
+            cluster_name=cluster.name,
+            instance_id=req.node,
+            evidence=[exc.failure.message],
+        )
+        return build_report(req.node, now, ref, [finding], coverage([]))
+    node = ClusterNode(
+        detail.instance_id,
+        detail.group,
+        detail.instance_type,
+        detail.status,
+        detail.message,
+        detail.launch_time,
+        hostname=detail.private_dns_hostname,
+    )
+    controllers = {node.instance_id} if ladder.is_controller(cluster, node) else set()
+    probed = probe_cluster(
+        clients,
+        cluster,
+        [node],
+        now,
+        focus=node.instance_id,
+        suspects=[],
+        controllers=controllers,
+        options=replace(req.probe_options, window=req.event_window),
+    )
+    findings = ladder.apply(
+        probed.findings, ladder.Target.of(cluster), {node.instance_id: node}, controllers=controllers
+    )
+    return build_report(req.node, now, ref, findings, coverage(probed.coverage))
 
 
 def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageReport:
@@ -104,16 +181,9 @@ def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageR
         error = RunError(kind=kind, message=f"Cannot start the triage: {failure.describe()}")
         return build_report(req.node, now, ref, [], coverage(_all_unknown(failure.describe())), error)
 
-    ref = ClusterRef(
-        name=cluster.name,
-        arn=cluster.arn,
-        cluster_id=cluster.cluster_id,
-        region=cluster.region,
-        account_id=account or cluster.account_id,
-        status=cluster.status,
-        orchestrator=cluster.orchestrator,
-        eks_cluster_arn=cluster.eks_cluster_arn,
-    )
+    if req.probe_only and req.node:
+        return _probe_one_node(req, clients, cluster, now, account, coverage)
+    ref = _cluster_ref(cluster, account)
     opts = CollectOptions(now=now, scope_node=req.node, event_window=req.event_window, log_window=req.log_window)
     try:
         obs = Collector(clients).collect(cluster, opts)
@@ -124,5 +194,22 @@ def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageR
         ref.node_count = len(obs.nodes.value)
     ctx = CheckContext(now=now, scope_node=req.node, event_window=req.event_window, log_window=req.log_window)
     findings, checks = run_checks(obs, ctx)
+    if req.probe and obs.nodes.available and obs.nodes.value is not None:
+        suspects = [f.instance_id for f in findings if f.instance_id and f.is_problem]
+        probed = probe_cluster(
+            clients,
+            cluster,
+            obs.nodes.value,
+            now,
+            focus=req.node,
+            suspects=suspects,
+            controllers=ladder.slurm_controllers(obs),
+            options=replace(req.probe_options, window=req.event_window),
+        )
+        findings += probed.findings
+        checks += probed.coverage
+    else:
+        reason = "not asked for (--no-probe)" if not req.probe else "the node list could not be read"
+        checks.append(CheckCoverage(check="probe.session", status=CheckStatus.SKIPPED, reason=reason))
     findings = ladder.refine(findings, obs, ctx)
     return build_report(req.node, now, ref, findings, coverage(checks))

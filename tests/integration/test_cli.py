@@ -60,27 +60,27 @@ def test_no_region_anywhere_is_an_invalid_argument(monkeypatch, capsys):
 
 def test_triage_json_exit_1_and_region_from_environment(endpoint_env, monkeypatch, capsys):
     monkeypatch.setenv("AWS_DEFAULT_REGION", scenarios.REGION)
-    code = main(["triage", "--cluster", endpoint_env.eks.name, "--json"])
+    code = main(["triage", "--cluster", endpoint_env.eks.name, "--json", "--no-probe"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 == doc["exit_code"]
     assert doc["cluster"]["region"] == scenarios.REGION
 
 
 def test_triage_text_is_plain_when_not_a_tty(endpoint_env, capsys):
-    main(["triage", "--cluster", endpoint_env.slurm.name, "--region", scenarios.REGION])
+    main(["triage", "--cluster", endpoint_env.slurm.name, "--region", scenarios.REGION, "--no-probe"])
     out = capsys.readouterr().out
     assert "\033[" not in out and "[PASS]" in out and "== Summary ==" in out
 
 
 def test_unknown_cluster_exits_1_and_lists_clusters(endpoint_env, capsys):
-    code = main(["triage", "--cluster", "nope", "--region", scenarios.REGION])
+    code = main(["triage", "--cluster", "nope", "--region", scenarios.REGION, "--no-probe"])
     captured = capsys.readouterr()
     assert code == 1
     assert endpoint_env.eks.name in captured.out and "nope" in captured.err
 
 
 def test_cluster_by_arn(endpoint_env, capsys):
-    code = main(["triage", "--cluster", endpoint_env.slurm.arn, "--json"])
+    code = main(["triage", "--cluster", endpoint_env.slurm.arn, "--json", "--no-probe"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["cluster"]["name"] == endpoint_env.slurm.name
 

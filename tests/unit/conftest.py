@@ -1,4 +1,4 @@
-"""Unit tier: pure code only. Any socket use is an error."""
+"""Unit tier: pure code only. Any network socket is an error (local socketpairs, which asyncio needs, are allowed)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,6 @@ from pytest_socket import disable_socket, enable_socket
 
 @pytest.fixture(autouse=True)
 def _no_sockets() -> None:
-    disable_socket()
+    disable_socket(allow_unix_socket=True)  # asyncio event loops need a local socketpair
     yield
     enable_socket()

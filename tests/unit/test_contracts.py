@@ -29,8 +29,11 @@ def test_every_action_the_adapters_call_is_in_the_policy_and_nothing_else():
 
 def test_policy_is_read_only():
     verbs = ("Describe", "List", "Get", "Filter")
-    for action in json.loads(policy_json())["Statement"][0]["Action"]:
+    read, sessions = json.loads(policy_json())["Statement"]
+    for action in read["Action"]:
         assert action.split(":", 1)[1].startswith(verbs), action
+    # the only other statement: opening and closing probe sessions, nothing that changes a resource
+    assert sessions["Action"] == ["ssm:StartSession", "ssm:TerminateSession", "ssmmessages:OpenDataChannel"]
 
 
 def test_readme_shows_the_generated_policy():

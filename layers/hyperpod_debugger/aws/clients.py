@@ -24,6 +24,7 @@ IAM_PREFIX: dict[str, str] = {
     "logs": "logs",
     "service-quotas": "servicequotas",
     "sts": "sts",
+    "ssm": "ssm",
 }
 
 
@@ -68,6 +69,10 @@ class AwsClients:
             client.meta.events.register("before-call", self._count(service))
             self._clients[key] = client
         return self._clients[key]
+
+    def credentials(self) -> Any:
+        """The session's botocore credentials (to SigV4-sign the Session Manager websocket upgrade)."""
+        return self._session.get_credentials()
 
     def _count(self, service: str) -> Any:
         def handler(model: Any, **_: Any) -> None:

@@ -31,6 +31,16 @@ READ_ONLY_ACTIONS: tuple[str, ...] = (
 )
 
 
+#: Session Manager actions the on-node probe needs. StartSession opens a session to a node; it changes
+#: nothing on the node (the probe itself is read-only), but it is not a describe call, so it has its own
+#: statement that an operator can leave out to run the triage without probing.
+SESSION_ACTIONS: tuple[str, ...] = (
+    "ssm:StartSession",
+    "ssm:TerminateSession",
+    "ssmmessages:OpenDataChannel",
+)
+
+
 def policy_document() -> dict:
     """An identity policy granting exactly the triage's read-only calls.
 
@@ -45,7 +55,13 @@ def policy_document() -> dict:
                 "Effect": "Allow",
                 "Action": sorted(a for a in READ_ONLY_ACTIONS if a != "sts:GetCallerIdentity"),
                 "Resource": "*",
-            }
+            },
+            {
+                "Sid": "HyperPodDebuggerProbeSessions",
+                "Effect": "Allow",
+                "Action": list(SESSION_ACTIONS),
+                "Resource": "*",
+            },
         ],
     }
 

@@ -1,0 +1,144 @@
+"""On-node probing inside a triage: choose the nodes, run the probe through Session Manager,
+evaluate each document, and report per-node outcomes and coverage."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+
+from hyperpod_debugger.aws.clients import AwsClients
+from hyperpod_debugger.aws.ssm_types import CommandResult, SessionError, TargetError, session_target
+from hyperpod_debugger.model import CheckCoverage, CheckStatus, Finding
+from hyperpod_debugger.observations import Cluster, ClusterNode
+from hyperpod_debugger.probe.base import ProbeContext
+from hyperpod_debugger.probe.delivery import probe_command
+from hyperpod_debugger.probe.fleet import NodeProbe, Runner, order_nodes, outcome_findings, probe_fleet
+from hyperpod_debugger.probe.registry import evaluate
+
+#: Nodes whose SSM agent can answer; others are skipped (their status already says why).
+PROBEABLE = frozenset({"Running"})
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOptions:
+    max_nodes: int = 25
+    rate: float = 3.0
+    concurrency: int = 16
+    timeout: float = 180.0
+    window: timedelta = timedelta(hours=24)
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRun:
+    findings: list[Finding]
+    coverage: list[CheckCoverage]
+    probes: list[NodeProbe]
+
+
+def select_nodes(
+    nodes: Sequence[ClusterNode], *, focus: str | None, suspects: Sequence[str], max_nodes: int
+) -> tuple[list[ClusterNode], str]:
+    """(nodes to probe, a sentence for the coverage) — never a different node than the one asked for."""
+    if focus:
+        chosen = [n for n in nodes if n.instance_id == focus]
+        return chosen, (f"node {focus}" if chosen else f"node {focus} is not in the node list")
+    ready = [n for n in nodes if n.status in PROBEABLE]
+    ordered = order_nodes(ready, suspects)
+    chosen = ordered[: max(0, max_nodes)]
+    note = f"{len(chosen)} of {len(ready)} Running node(s)"
+    if len(chosen) < len(ready):
+        note += f" (capped at {max_nodes}; suspect and accelerator nodes first)"
+    return chosen, note
+
+
+def _ssm_runner(clients: AwsClients, region: str, timeout: float) -> Runner:
+    from hyperpod_debugger.aws import ssm_session
+
+    return partial(
+        ssm_session.run_command,
+        clients.client("ssm"),
+        credentials=clients.credentials(),
+        region=region,
+        timeout=timeout,
+    )
+
+
+def _role(cluster: Cluster, node: ClusterNode, controllers: set[str]) -> str:
+    return "controller" if node.instance_id in controllers else "compute"
+
+
+def probe_cluster(
+    clients: AwsClients,
+    cluster: Cluster,
+    nodes: Sequence[ClusterNode],
+    now: datetime,
+    *,
+    focus: str | None,
+    suspects: Sequence[str],
+    controllers: set[str],
+    options: ProbeOptions,
+    runner_factory: Callable[[AwsClients, str, float], Runner] = _ssm_runner,
+) -> ProbeRun:
+    chosen, note = select_nodes(nodes, focus=focus, suspects=suspects, max_nodes=options.max_nodes)
+    if not chosen:
+        reason = f"no node to probe: {note}"
+        return ProbeRun([], [CheckCoverage(check="probe.session", status=CheckStatus.SKIPPED, reason=reason)], [])
+    targets: list[tuple[ClusterNode, str]] = []
+    findings: list[Finding] = []
+    for node in chosen:
+        try:
+            targets.append((node, session_target(cluster.arn, node.group, node.instance_id)))
+        except TargetError as exc:
+            targets.append((node, f"(invalid: {exc})"))
+    runner = runner_factory(clients, cluster.region, options.timeout)
+
+    async def run(target: str, command: str) -> CommandResult:  # invalid targets never reach SSM
+        if target.startswith("(invalid"):
+            raise SessionError("ERROR", target[1:-1])
+        return await runner(target, command)
+
+    probes = asyncio.run(probe_fleet(targets, probe_command(), run, rate=options.rate, concurrency=options.concurrency))
+    findings.extend(outcome_findings(probes, cluster_arn=cluster.arn, cluster_name=cluster.name, region=cluster.region))
+
+    per_check: dict[str, Counter[str]] = defaultdict(Counter)
+    reasons: dict[str, str] = {}
+    for probe in probes:
+        if probe.doc is None:
+            continue
+        ctx = ProbeContext(
+            instance_type=probe.node.instance_type,
+            now=now,
+            orchestrator=cluster.orchestrator if cluster.orchestrator in ("EKS", "Slurm") else None,  # type: ignore[arg-type]
+            role=_role(cluster, probe.node, controllers),  # type: ignore[arg-type]
+            window=options.window,
+            instance_id=probe.node.instance_id,
+            instance_group=probe.node.group,
+            cluster_arn=cluster.arn,
+            cluster_name=cluster.name,
+        )
+        node_findings, node_coverage = evaluate(probe.doc, ctx)
+        findings.extend(node_findings)
+        for entry in node_coverage:
+            per_check[entry.check][entry.status.value] += 1
+            if entry.reason and entry.check not in reasons:
+                reasons[entry.check] = entry.reason
+    outcomes = Counter(p.outcome for p in probes)
+    summary = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+    coverage = [
+        CheckCoverage(
+            check="probe.session",
+            status=CheckStatus.RAN if outcomes.get("OK") else CheckStatus.UNKNOWN,
+            reason=f"probed {note}: {summary}",
+        )
+    ]
+    for check, counts in per_check.items():
+        ran = counts.get("ran", 0)
+        status = CheckStatus.RAN if ran else (CheckStatus.UNKNOWN if counts.get("unknown") else CheckStatus.SKIPPED)
+        detail = ", ".join(f"{k} on {v}" for k, v in sorted(counts.items()))
+        reason = detail if not reasons.get(check) else f"{detail}; e.g. {reasons[check]}"
+        coverage.append(CheckCoverage(check=check, status=status, reason=reason))
+    return ProbeRun(findings, coverage, probes)
