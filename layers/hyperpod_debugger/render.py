@@ -23,6 +23,7 @@ _AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Network (EFA, VPC, EKS)", ("network", "vpc", "eks")),
     ("Capacity and configuration", ("capacity", "config")),
     ("CloudWatch logs (lifecycle scripts, health agent)", ("logs",)),
+    ("On the nodes (probe through Session Manager)", ("probe",)),
     ("Node actions in batches", ("ladder",)),
 )
 _PRIORITY_HEADINGS = {
@@ -112,7 +113,12 @@ def render_text(report: TriageReport, colour: bool = False) -> str:
             continue
         out.append("")
         out.append(bold(f"== {title_} =="))
-        for f in block:
+        current: str | None = None
+        for f in sorted(block, key=lambda f: f.instance_id or "") if title_.startswith("On the nodes") else block:
+            if title_.startswith("On the nodes") and f.instance_id and f.instance_id != current:
+                current = f.instance_id
+                group = f" ({f.instance_group})" if f.instance_group else ""
+                out.append(f"-- node {f.instance_id}{group}")
             out.extend(_finding_block(f, colour))
 
     out.append("")

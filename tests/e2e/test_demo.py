@@ -82,3 +82,15 @@ def test_the_demo_shows_the_ladder_and_iac_ownership(demo_output):
     assert "CloudFormation stack 'ml-eks-prod-network'" in demo_output
     assert "managed by Terraform" in demo_output
     assert "fix the job" in demo_output  # application-class Xid
+
+
+def test_the_demo_probes_its_nodes_through_the_fake_session_manager(demo_output):
+    # on-node findings, per node, from probe.sh's documents carried over the SSM data channel
+    assert demo_output.count("-- node i-") >= 5
+    pointed = set(re.findall(r"^\[(?:FAIL|WARN)\] P\d .* → references/node-diagnostics-detail\.md § (\S+)$",
+                             demo_output, re.M))
+    assert {"G.1", "G.1.a", "I.2", "H"} <= pointed
+    assert "7 of 8 GPUs visible to nvidia-smi" in demo_output
+    # a node the service cannot reach is UNKNOWN in § K, never a hardware verdict
+    assert re.search(r"^\[UNKNOWN\] P1 Could not probe node i-\w+ \(UNREACHABLE\).* → references/"
+                     r"node-diagnostics-detail\.md § K$", demo_output, re.M)

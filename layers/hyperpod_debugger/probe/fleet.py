@@ -10,6 +10,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from hyperpod_debugger.aws.ssm_types import CommandResult, Outcome, SessionError
@@ -129,15 +130,24 @@ async def probe_fleet(
     """Probe every (node, session target) with at most ``rate`` StartSession calls per second and
     ``concurrency`` sessions open at once. A hung node holds one slot until its own timeout and
     never blocks the others. Results come back in the input order."""
-    bucket = TokenBucket(rate)
+    # A small burst (a tenth of a second's worth) keeps the average at ``rate`` when the event loop
+    # wakes a little late; at SSM's 3/s that is a burst of one.
+    bucket = TokenBucket(rate, burst=max(1, int(rate // 10)))
     slots = asyncio.Semaphore(max(1, concurrency))
     rng = random.Random(seed)
+    # StartSession/TerminateSession are blocking boto3 calls run in threads: give every open slot
+    # one (the default pool has cpu + 4 threads, which would cap the StartSession rate on small hosts).
+    executor = ThreadPoolExecutor(max_workers=max(4, 2 * concurrency), thread_name_prefix="hpd-ssm")
+    asyncio.get_running_loop().set_default_executor(executor)
 
     async def one(node: ClusterNode, target: str) -> NodeProbe:
         async with slots:
             return await _probe_one(node, target, command, run, bucket, retries, rng)
 
-    return list(await asyncio.gather(*(one(node, target) for node, target in nodes)))
+    try:
+        return list(await asyncio.gather(*(one(node, target) for node, target in nodes)))
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)
 
 
 _CAUSES: dict[str, str] = {

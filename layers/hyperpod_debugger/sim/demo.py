@@ -3,24 +3,40 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import UTC, datetime
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.model import TriageReport
+from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.render import render_text
-from hyperpod_debugger.sim.scenarios import REGION, seed_demo
+from hyperpod_debugger.sim.fake_ssm import FakeSsm
+from hyperpod_debugger.sim.scenarios import REGION, register_probe_nodes, seed_demo
 from hyperpod_debugger.sim.server import simulated_aws
 from hyperpod_debugger.triage import TriageRequest, run_triage
 
+#: The demo probes at the fake service's pace, not at the 3/s a real account allows.
+DEMO_PROBE = ProbeOptions(rate=20.0, timeout=30.0)
 
-def demo_reports(now: datetime | None = None) -> list[TriageReport]:
+
+def demo_reports(now: datetime | None = None, *, probe: bool = True) -> list[TriageReport]:
     now = now or datetime.now(UTC)
-    with simulated_aws():
-        demo = seed_demo(AwsClients(REGION, max_attempts=2), now)
-        return [
-            run_triage(TriageRequest(cluster=seeded.name, region=REGION, now=now)) for seeded in (demo.eks, demo.slurm)
-        ]
+    with simulated_aws(), FakeSsm(start_session_rate=DEMO_PROBE.rate) as ssm:
+        saved = os.environ.get("AWS_ENDPOINT_URL_SSM")
+        os.environ["AWS_ENDPOINT_URL_SSM"] = ssm.endpoint_url  # SSM to the fake agent, the rest to moto
+        try:
+            demo = seed_demo(AwsClients(REGION, max_attempts=2), now)
+            register_probe_nodes(ssm, demo, now)
+            return [
+                run_triage(TriageRequest(cluster=c.name, region=REGION, now=now, probe=probe, probe_options=DEMO_PROBE))
+                for c in (demo.eks, demo.slurm)
+            ]
+        finally:
+            if saved is None:
+                os.environ.pop("AWS_ENDPOINT_URL_SSM", None)
+            else:
+                os.environ["AWS_ENDPOINT_URL_SSM"] = saved
 
 
 def run_demo(json_output: bool = False, colour: bool = False) -> int:
@@ -33,7 +49,8 @@ def run_demo(json_output: bool = False, colour: bool = False) -> int:
             sys.stdout.write("\n" + "=" * 100 + "\n\n")
         sys.stdout.write(render_text(report, colour=colour))
     sys.stdout.write(
-        "\nThis was a simulated account (moto, in-process). Run the same triage against a real cluster with:\n"
+        "\nThis was a simulated account (moto, in-process) with a fake Session Manager agent on each node.\n"
+        "Run the same triage against a real cluster with:\n"
         "  hyperpod-debugger triage --cluster <name-or-arn> --region <region>\n"
     )
     return 0

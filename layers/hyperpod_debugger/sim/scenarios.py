@@ -284,3 +284,41 @@ def seed_slurm_cluster(clients: AwsClients, now: datetime) -> SeededCluster:
 
 def seed_demo(clients: AwsClients, now: datetime) -> Demo:
     return Demo(eks=seed_eks_cluster(clients, now), slurm=seed_slurm_cluster(clients, now))
+
+
+#: On-node faults of the demo's nodes: (cluster, group, index) -> simulated faults. Nodes that are not
+#: Running are not probed; the EKS "system" node is left out of the fake SSM service on purpose, so it
+#: shows how an unreachable node is reported (UNKNOWN, § K, never a hardware verdict).
+PROBE_FAULTS: dict[tuple[str, str, int], tuple[str, ...]] = {
+    (EKS_CLUSTER, "gpu-workers", 0): ("xid13", "oom_job"),
+    (EKS_CLUSTER, "gpu-workers", 1): ("xid79_twice", "gpu_missing"),
+    (SLURM_CLUSTER, "controller-machine", 0): (),
+    (SLURM_CLUSTER, "worker-group-1", 0): ("remap_pending", "root_full", "slurmd_down"),
+}
+
+
+def register_probe_nodes(ssm: Any, demo: Demo, now: datetime) -> list[str]:
+    """Put the demo's probe-able nodes behind the fake SSM service; returns their session targets."""
+    from hyperpod_debugger.sim.nodes import add_probe_node
+
+    targets = []
+    specs = {EKS_CLUSTER: (demo.eks, "EKS"), SLURM_CLUSTER: (demo.slurm, "Slurm")}
+    types = {"gpu-workers": "ml.p5.48xlarge", "controller-machine": "ml.c5.xlarge", "worker-group-1": "ml.g5.48xlarge"}
+    for (cluster_name, group, index), faults in PROBE_FAULTS.items():
+        seeded, orchestrator = specs[cluster_name]
+        iid = seeded.nodes[group][index]
+        targets.append(
+            add_probe_node(
+                ssm,
+                cluster_arn=seeded.arn,
+                group=group,
+                instance_id=iid,
+                instance_type=types[group],
+                hostname=seed.node_hostname(seeded, iid),
+                now=now,
+                orchestrator=orchestrator,
+                controller=group == "controller-machine",
+                faults=faults,
+            )
+        )
+    return targets

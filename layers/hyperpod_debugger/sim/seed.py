@@ -272,3 +272,8 @@ _MOTO_TYPES = frozenset(
         "ml.t3.medium",
     }
 )
+
+
+def node_hostname(seeded: SeededCluster, instance_id: str) -> str:
+    """The PrivateDnsHostname first label the seeder gave a node (its Slurm node name)."""
+    return sagemaker_backends[ACCOUNT][seeded.region].clusters[seeded.name].nodes[instance_id].hp_hostname

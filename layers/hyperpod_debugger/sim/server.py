@@ -4,6 +4,7 @@ boto3 code path runs unchanged against it."""
 from __future__ import annotations
 
 import os
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -31,6 +32,8 @@ def simulated_aws() -> Iterator[str]:
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
+    # moto keeps its backends for the whole process: start from an empty account every time.
+    _reset(endpoint)
     saved = {k: os.environ.get(k) for k in (*SIM_ENV, "AWS_ENDPOINT_URL", "AWS_PROFILE")}
     os.environ.update(SIM_ENV)
     os.environ["AWS_ENDPOINT_URL"] = endpoint
@@ -43,4 +46,11 @@ def simulated_aws() -> Iterator[str]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        _reset(endpoint)
         server.stop()
+
+
+def _reset(endpoint: str) -> None:
+    request = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")  # noqa: S310 - loopback http
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - our own loopback server
+        response.read()

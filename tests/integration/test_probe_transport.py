@@ -1,0 +1,117 @@
+"""The probe end to end through the fake Session Manager service: triage and `probe` print on-node
+findings; every transport fault is a typed outcome; sessions never leak."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from hyperpod_debugger.aws.clients import AwsClients
+from hyperpod_debugger.cli import main
+from hyperpod_debugger.model import Tag
+from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.sim import scenarios
+from hyperpod_debugger.sim.fake_ssm import FakeSsm, Faults
+from hyperpod_debugger.sim.server import simulated_aws
+from hyperpod_debugger.triage import TriageRequest, run_triage
+
+FAST = ProbeOptions(rate=50.0, timeout=5.0)
+
+
+@pytest.fixture(scope="module")
+def _world():
+    now = datetime.now(UTC)
+    with simulated_aws() as endpoint, FakeSsm(start_session_rate=50.0) as ssm:
+        demo = scenarios.seed_demo(AwsClients(scenarios.REGION, max_attempts=1), now)
+        targets = scenarios.register_probe_nodes(ssm, demo, now)
+        yield demo, ssm, targets, now, endpoint
+
+
+@pytest.fixture
+def world(_world, monkeypatch):
+    demo, ssm, targets, now, endpoint = _world
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SSM", ssm.endpoint_url)
+    calls_before = len(ssm.start_calls)
+    yield demo, ssm, targets, now
+    for target in targets:
+        ssm.set_faults(None, target=target)
+    assert ssm.wait_idle(), "a data channel is still open"
+    assert ssm.open_sessions() == 0, "a session leaked"
+    assert not ssm.internal_errors
+    assert len(ssm.start_calls) >= calls_before
+
+
+def _triage(demo, now, **kw):
+    return run_triage(TriageRequest(cluster=demo.name, region=scenarios.REGION, now=now, probe=True,
+                                    probe_options=kw.pop("options", FAST), **kw))
+
+
+def test_triage_probes_running_nodes_and_reports_on_node_faults(world):
+    demo, ssm, _, now = world
+    report = _triage(demo.eks, now)
+    by_check = {(f.check, f.instance_id) for f in report.findings if f.tag is Tag.FAIL}
+    bad = demo.eks.nodes["gpu-workers"][1]
+    assert ("probe.gpu_count", bad) in by_check and ("probe.xid", bad) in by_check
+    [xid] = [f for f in report.findings if f.check == "probe.xid" and f.instance_id == bad]
+    assert xid.node_action == "replace" and xid.suggested_commands[-1].step == "replace"
+    # every session that started was terminated, and the report counts every StartSession call
+    assert set(ssm.terminated) >= {c.session_id for c in ssm.start_calls if c.session_id}
+    assert report.coverage.api_calls.get("ssm:StartSession", 0) >= len(ssm.started)
+
+
+def test_probe_command_runs_on_one_node(world, capsys):
+    demo, _, _, _ = world
+    node = demo.slurm.nodes["worker-group-1"][0]
+    code = main(["probe", "--cluster", demo.slurm.name, "--region", scenarios.REGION, "--node", node, "--json",
+                 "--probe-rate", "50", "--probe-timeout", "10"])
+    report = json.loads(capsys.readouterr().out)
+    sections = {f["section"] for f in report["findings"] if f["tag"] in ("FAIL", "WARN")}
+    assert {"G.1.a", "I.2", "H"} <= sections and code == 1
+    assert all(f["instance_id"] == node for f in report["findings"] if f["check"].startswith("probe."))
+
+
+def test_probe_of_an_unknown_node_fails_clearly(world, capsys):
+    demo, _, _, _ = world
+    code = main(["probe", "--cluster", demo.eks.name, "--region", scenarios.REGION, "--node", "i-0aaaaaaaaaaaaaaaa"])
+    assert code == 1 and "not part of cluster" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("faults", "outcome"),
+    [
+        (Faults(hang=True), "TIMEOUT"),
+        (Faults(kms_required=True), "ENCRYPTION_REQUIRED"),
+        (Faults(access_denied=True), "DENIED"),
+        (Faults(not_connected=True), "UNREACHABLE"),
+    ],
+)
+def test_transport_faults_are_unknown_in_section_k(world, faults, outcome):
+    demo, ssm, targets, now = world
+    node = demo.eks.nodes["gpu-workers"][0]
+    [target] = [t for t in targets if t.endswith(node)]
+    ssm.set_faults(faults, target=target)
+    report = _triage(demo.eks, now, node=node, options=ProbeOptions(rate=50.0, timeout=2.0))
+    [f] = [f for f in report.findings if f.check == "probe.session"]
+    assert f.tag is Tag.UNKNOWN and f.section == "K" and f"({outcome})" in f.message
+    assert not any(c.mutates for c in f.suggested_commands)
+
+
+def test_throttled_starts_are_retried(world):
+    demo, ssm, targets, now = world
+    node = demo.eks.nodes["gpu-workers"][0]
+    [target] = [t for t in targets if t.endswith(node)]
+    ssm.set_faults(Faults(throttle_first_n=2), target=target)
+    report = _triage(demo.eks, now, node=node)
+    assert not [f for f in report.findings if f.check == "probe.session"]
+    assert any(f.check == "probe.xid" for f in report.findings)
+
+
+def test_no_probe_leaves_the_nodes_alone(world):
+    demo, ssm, _, now = world
+    before = len(ssm.start_calls)
+    report = run_triage(TriageRequest(cluster=demo.eks.name, region=scenarios.REGION, now=now, probe=False))
+    assert len(ssm.start_calls) == before
+    assert any(c.check == "probe.session" and c.status == "skipped" for c in report.coverage.checks)
