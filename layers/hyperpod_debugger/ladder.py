@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from hyperpod_debugger.checks.base import CheckContext
+from hyperpod_debugger.checks.kubernetes import pending_recovery
 from hyperpod_debugger.checks.logs import hma_detections
 from hyperpod_debugger.iac import drift_note
 from hyperpod_debugger.model import STEP_ORDER, Finding, SuggestedCommand, Tag
@@ -102,6 +103,8 @@ def recovery_in_progress(obs: ClusterObservation, now: datetime) -> dict[str, st
             iid = detection.stream.instance_id
             if iid and _HMA_ACTION.search(action):
                 found.setdefault(iid, f"health agent recorded {action} at {detection.timestamp.isoformat()}")
+    for iid, reason in pending_recovery(obs).items():  # EKS labels UnschedulablePendingReboot/Replacement
+        found.setdefault(iid, reason)
     return found
 
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.orchestrators import KubernetesObservation, SlurmObservation
 
 T = TypeVar("T")
 
@@ -337,6 +340,9 @@ class EksCluster:
     endpoint_public: bool | None
     endpoint_private: bool | None
     tags: dict[str, str] = field(default_factory=dict)
+    #: API server URL and its CA bundle (base64 PEM), for the Kubernetes reads
+    endpoint: str | None = None
+    certificate_authority: str | None = None
 
 
 # --------------------------------------------------------------------------- CloudWatch Logs
@@ -379,5 +385,9 @@ class ClusterObservation:
     offerings: Observed[dict[str, frozenset[str]]]
     #: the HyperPod cluster's own tags (ListTags), for IaC ownership
     cluster_tags: Observed[dict[str, str]] = field(default_factory=lambda: Observed.skip("not collected"))
+    #: the EKS cluster's Kubernetes objects (EKS-orchestrated clusters)
+    kubernetes: Observed[KubernetesObservation] = field(default_factory=lambda: Observed.skip("not collected"))
+    #: what the Slurm controller reported (Slurm-orchestrated clusters)
+    slurm: Observed[SlurmObservation] = field(default_factory=lambda: Observed.skip("not collected"))
     #: every failure seen while collecting, in order (drives the missing-permission findings)
     failures: list[ApiFailure] = field(default_factory=list)

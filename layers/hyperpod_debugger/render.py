@@ -21,6 +21,8 @@ _AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Cluster", ("cluster",)),
     ("Nodes", ("nodes",)),
     ("Network (EFA, VPC, EKS)", ("network", "vpc", "eks")),
+    ("Kubernetes (EKS nodes and system pods)", ("k8s",)),
+    ("Slurm (controller, nodes, jobs)", ("slurm",)),
     ("Capacity and configuration", ("capacity", "config")),
     ("CloudWatch logs (lifecycle scripts, health agent)", ("logs",)),
     ("On the nodes (probe through Session Manager)", ("probe",)),

@@ -24,8 +24,9 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.observations import Cluster, ClusterNode
-from hyperpod_debugger.probe.runner import ProbeOptions, probe_cluster
+from hyperpod_debugger.observations import Cluster, ClusterNode, Observed
+from hyperpod_debugger.probe.runner import ProbeOptions, probe_cluster, ssm_runner
+from hyperpod_debugger.probe.slurm_query import query_controller
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +194,13 @@ def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageR
     if obs.nodes.available and obs.nodes.value is not None:
         ref.node_count = len(obs.nodes.value)
     ctx = CheckContext(now=now, scope_node=req.node, event_window=req.event_window, log_window=req.log_window)
+    if cluster.orchestrator == "Slurm":
+        if not req.probe:
+            obs.slurm = Observed.skip("reading Slurm needs a session on the controller, and probing was not asked for")
+        elif obs.nodes.available and obs.nodes.value is not None:
+            obs.slurm = query_controller(
+                clients, cluster, obs.nodes.value, runner_factory=ssm_runner, timeout=req.probe_options.timeout
+            )
     findings, checks = run_checks(obs, ctx)
     if req.probe and obs.nodes.available and obs.nodes.value is not None:
         suspects = [f.instance_id for f in findings if f.instance_id and f.is_problem]

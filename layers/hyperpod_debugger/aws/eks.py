@@ -34,4 +34,6 @@ def describe_cluster(clients: AwsClients, eks_arn: str) -> EksCluster:
         endpoint_public=vpc.get("endpointPublicAccess"),
         endpoint_private=vpc.get("endpointPrivateAccess"),
         tags={str(k): str(v) for k, v in (cluster.get("tags") or {}).items()},
+        endpoint=cluster.get("endpoint"),
+        certificate_authority=(cluster.get("certificateAuthority") or {}).get("data"),
     )

@@ -11,7 +11,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from hyperpod_debugger.checks import capacity, cluster, config, eks, events, logs, network, nodes, vpc
+from hyperpod_debugger.checks import (
+    capacity,
+    cluster,
+    config,
+    eks,
+    events,
+    kubernetes,
+    logs,
+    network,
+    nodes,
+    slurm,
+    vpc,
+)
 from hyperpod_debugger.checks.base import Check, CheckContext
 from hyperpod_debugger.model import CheckCoverage, CheckStatus, Finding, Priority, Tag
 from hyperpod_debugger.observations import ClusterObservation, NotApplicable, Unobservable
@@ -28,6 +40,8 @@ ALL_CHECKS: tuple[Check, ...] = (
     *capacity.CHECKS,
     *config.CHECKS,
     *logs.CHECKS,
+    *kubernetes.CHECKS,
+    *slurm.CHECKS,
 )
 
 #: Where a missing permission points when no check claimed it (every action we call is listed).

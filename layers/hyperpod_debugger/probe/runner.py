@@ -55,7 +55,7 @@ def select_nodes(
     return chosen, note
 
 
-def _ssm_runner(clients: AwsClients, region: str, timeout: float) -> Runner:
+def ssm_runner(clients: AwsClients, region: str, timeout: float) -> Runner:
     from hyperpod_debugger.aws import ssm_session
 
     return partial(
@@ -81,7 +81,7 @@ def probe_cluster(
     suspects: Sequence[str],
     controllers: set[str],
     options: ProbeOptions,
-    runner_factory: Callable[[AwsClients, str, float], Runner] = _ssm_runner,
+    runner_factory: Callable[[AwsClients, str, float], Runner] = ssm_runner,
 ) -> ProbeRun:
     chosen, note = select_nodes(nodes, focus=focus, suspects=suspects, max_nodes=options.max_nodes)
     if not chosen:

@@ -17,6 +17,7 @@ from moto.eks.models import eks_backends
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.sim import seed
 from hyperpod_debugger.sim.seed import GroupSpec, NodeState, SeededCluster
+from hyperpod_debugger.sim.slurm_outputs import controller_reply
 
 REGION = "us-west-2"
 EKS_CLUSTER = "ml-eks-prod"
@@ -297,6 +298,11 @@ PROBE_FAULTS: dict[tuple[str, str, int], tuple[str, ...]] = {
 }
 
 
+#: What the demo's Slurm controller reports: worker 0 down after an unexpected reboot (its slurmd is
+#: down, as its own probe shows), worker 1 drained after a failed task kill.
+SLURM_CONTROLLER_FAULTS = frozenset({"node_down_unexpected_reboot", "drained_kill_task_failed"})
+
+
 def register_probe_nodes(ssm: Any, demo: Demo, now: datetime) -> list[str]:
     """Put the demo's probe-able nodes behind the fake SSM service; returns their session targets."""
     from hyperpod_debugger.sim.nodes import add_probe_node
@@ -304,6 +310,8 @@ def register_probe_nodes(ssm: Any, demo: Demo, now: datetime) -> list[str]:
     targets = []
     specs = {EKS_CLUSTER: (demo.eks, "EKS"), SLURM_CLUSTER: (demo.slurm, "Slurm")}
     types = {"gpu-workers": "ml.p5.48xlarge", "controller-machine": "ml.c5.xlarge", "worker-group-1": "ml.g5.48xlarge"}
+    workers = [seed.node_hostname(demo.slurm, iid) for iid in demo.slurm.nodes["worker-group-1"]]
+    controller_output = controller_reply(workers, SLURM_CONTROLLER_FAULTS, now=now)
     for (cluster_name, group, index), faults in PROBE_FAULTS.items():
         seeded, orchestrator = specs[cluster_name]
         iid = seeded.nodes[group][index]
@@ -319,6 +327,7 @@ def register_probe_nodes(ssm: Any, demo: Demo, now: datetime) -> list[str]:
                 orchestrator=orchestrator,
                 controller=group == "controller-machine",
                 faults=faults,
+                slurm_reply=controller_output if group == "controller-machine" else None,
             )
         )
     return targets

@@ -1,0 +1,74 @@
+"""Reading the Slurm controller through Session Manager: find it (group names only pick the
+candidates), confirm it with ``scontrol ping``, and keep what it reported for the Slurm checks."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Sequence
+
+from hyperpod_debugger.aws.clients import AwsClients
+from hyperpod_debugger.aws.ssm_types import SessionError, TargetError, session_target
+from hyperpod_debugger.observations import ApiFailure, Cluster, ClusterNode, Observed
+from hyperpod_debugger.orchestrators import SlurmController, SlurmObservation
+from hyperpod_debugger.probe.fleet import Runner
+from hyperpod_debugger.slurm import controller_up, parse_query_output, slurm_query_command
+
+#: Group names that mark controller candidates; only ``scontrol ping`` confirms one.
+_CANDIDATE_GROUP = re.compile(r"controller|head|master|login", re.I)
+#: Candidates tried before giving up (each is one session).
+MAX_CANDIDATES = 3
+_OUTCOME_KIND = {"DENIED": "denied", "TIMEOUT": "timeout", "THROTTLED": "throttled", "UNREACHABLE": "endpoint"}
+
+
+def candidates(nodes: Sequence[ClusterNode]) -> list[ClusterNode]:
+    """Running nodes of controller-looking groups, controller/head first."""
+    running = [n for n in nodes if n.status == "Running" and _CANDIDATE_GROUP.search(n.group)]
+    return sorted(running, key=lambda n: ("login" in n.group.lower(), n.group, n.instance_id))
+
+
+def node_instances(nodes: Sequence[ClusterNode]) -> dict[str, str]:
+    """Slurm node name (the PrivateDnsHostname's first label, ``ip-10-1-2-3``) -> instance id."""
+    return {n.slurm_name: n.instance_id for n in nodes if n.slurm_name}
+
+
+def query_controller(
+    clients: AwsClients,
+    cluster: Cluster,
+    nodes: Sequence[ClusterNode],
+    *,
+    runner_factory: Callable[[AwsClients, str, float], Runner],
+    timeout: float,
+) -> Observed[SlurmObservation]:
+    picks = candidates(nodes)[:MAX_CANDIDATES]
+    if not picks:
+        return Observed.skip("no Running node in a controller/head/login instance group to ask")
+    run = runner_factory(clients, cluster.region, timeout)
+    command = slurm_query_command()
+    mapping = node_instances(nodes)
+    last_failure: ApiFailure | None = None
+    first_answer: tuple[ClusterNode, dict[str, str]] | None = None
+    for node in picks:
+        try:
+            target = session_target(cluster.arn, node.group, node.instance_id)
+            result = asyncio.run(run(target, command))
+        except TargetError as exc:
+            last_failure = ApiFailure("ssm:StartSession", "error", str(exc))
+            continue
+        except SessionError as exc:
+            kind = _OUTCOME_KIND.get(exc.outcome, "error")
+            last_failure = ApiFailure("ssm:StartSession", kind, f"{node.instance_id}: {exc.message}")  # type: ignore[arg-type]
+            continue
+        outputs = parse_query_output(result.stdout.decode("utf-8", errors="replace"))
+        if controller_up(outputs.get("ping", "")):
+            controller = SlurmController(node.instance_id, node.group, "scontrol ping")
+            return Observed.ok(SlurmObservation(controller, outputs, mapping))
+        first_answer = first_answer or (node, outputs)
+    if first_answer is not None:
+        # Someone answered but no controller was UP: report what it said, marked as a group-name guess.
+        node, outputs = first_answer
+        return Observed.ok(
+            SlurmObservation(SlurmController(node.instance_id, node.group, "group name"), outputs, mapping)
+        )
+    assert last_failure is not None
+    return Observed.failed(last_failure)
