@@ -94,3 +94,13 @@ def test_the_demo_probes_its_nodes_through_the_fake_session_manager(demo_output)
     # a node the service cannot reach is UNKNOWN in § K, never a hardware verdict
     assert re.search(r"^\[UNKNOWN\] P1 Could not probe node i-\w+ \(UNREACHABLE\).* → references/"
                      r"node-diagnostics-detail\.md § K$", demo_output, re.M)
+
+
+def test_the_demo_shows_orchestrator_findings(demo_output):
+    # EKS: labels and pods from the fake Kubernetes API (F, G, O); Slurm: the controller's view (H)
+    kubernetes = demo_output.split("== Kubernetes (EKS nodes and system pods) ==", 1)[1].split("\n== ", 1)[0]
+    assert {"F", "G", "O"} <= set(re.findall(r"§ (\S+)$", kubernetes, re.M))
+    slurm = demo_output.split("== Slurm (controller, nodes, jobs) ==", 1)[1].split("\n== ", 1)[0]
+    assert "identified by scontrol ping" in slurm
+    assert re.search(r"^\[FAIL\] P1 Slurm node ip-\S+ .* → references/node-diagnostics-detail\.md § H$", slurm, re.M)
+    assert "state=resume" in slurm and "blast radius:" in slurm

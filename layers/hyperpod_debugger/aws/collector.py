@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from hyperpod_debugger.aws import ec2, eks, logs, quotas, sagemaker
+from hyperpod_debugger.aws import ec2, eks, k8s, logs, quotas, sagemaker
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError
 from hyperpod_debugger.observations import (
@@ -21,11 +21,13 @@ from hyperpod_debugger.observations import (
     ClusterEvent,
     ClusterNode,
     ClusterObservation,
+    EksCluster,
     EventWindow,
     LogObservation,
     NetworkObservation,
     Observed,
 )
+from hyperpod_debugger.orchestrators import KubernetesObservation
 
 T = TypeVar("T")
 
@@ -161,6 +163,24 @@ class Collector:
             hma_events=self.observe(lambda: logs.hma_events(self.clients, group, start, opts.now)),
         )
 
+    def kubernetes(self, eks_cluster: Observed[EksCluster], opts: CollectOptions) -> Observed[KubernetesObservation]:
+        """The EKS cluster's nodes, system pods, DaemonSets, namespaces and sandbox events, read with a
+        token for the cluster named by the HyperPod cluster's Orchestrator (never a kube-context)."""
+        if not eks_cluster.available or eks_cluster.value is None:
+            return Observed.skip(eks_cluster.skipped or "the EKS cluster could not be described")
+        cluster = eks_cluster.value
+        region = eks.parse_eks_arn(cluster.arn)[0]
+
+        def read() -> KubernetesObservation:
+            token = k8s.eks_token(self.clients.client("sts", region), cluster.name, region)
+            observed = k8s.collect_kubernetes(cluster, token, now=opts.now)
+            for part in (observed.nodes, observed.system_pods, observed.daemonsets, observed.namespaces):
+                if part.failure is not None:
+                    self.failures.append(part.failure)
+            return observed
+
+        return self.observe(read)
+
     # ------------------------------------------------------------------ all
 
     def collect(self, cluster: Cluster, opts: CollectOptions) -> ClusterObservation:
@@ -181,6 +201,7 @@ class Collector:
             if eks_cluster.value.cluster_security_group_id:
                 extra_sgs.append(eks_cluster.value.cluster_security_group_id)
         types = [g.instance_type for g in cluster.instance_groups]
+        kubernetes = self.kubernetes(eks_cluster, opts)
         return ClusterObservation(
             cluster=cluster,
             collected_at=opts.now,
@@ -193,5 +214,6 @@ class Collector:
             instance_types=self.observe(lambda: ec2.describe_instance_types(self.clients, types)),
             offerings=self.observe(lambda: ec2.describe_offerings(self.clients, types)),
             cluster_tags=self.observe(lambda: sagemaker.list_tags(self.clients, cluster)),
+            kubernetes=kubernetes,
             failures=self.failures,
         )

@@ -94,7 +94,7 @@ def execute(
             coverage.append(
                 CheckCoverage.model_construct(check=check.id, status=CheckStatus.UNKNOWN, reason=exc.failure.describe())
             )
-            if exc.failure.kind == "denied":
+            if exc.failure.kind == "denied" and is_iam_action(exc.failure.action):
                 denied_by.setdefault(exc.failure.action, check)
             else:
                 findings.append(_could_not_check(identity, check, exc))
@@ -134,6 +134,16 @@ def execute(
     return findings, coverage, denied_by
 
 
+#: IAM service prefixes of the actions the collectors call.
+_IAM_SERVICES = frozenset({"sagemaker", "ec2", "eks", "logs", "servicequotas", "sts", "ssm", "ssmmessages"})
+
+
+def is_iam_action(action: str) -> bool:
+    """IAM actions get a "Missing IAM permission" finding; Kubernetes RBAC and access-entry denials
+    (``kubernetes:…``) are not IAM and are reported as the check that could not look."""
+    return action.split(":", 1)[0] in _IAM_SERVICES
+
+
 def run_checks(
     obs: ClusterObservation, ctx: CheckContext, checks: tuple[Check, ...] = ALL_CHECKS
 ) -> tuple[list[Finding], list[CheckCoverage]]:
@@ -156,7 +166,9 @@ def _could_not_check(identity: dict[str, str | None], check: Check, exc: Unobser
 
 
 def _permission_findings(obs: ClusterObservation, denied_by: dict[str, Check]) -> list[Finding]:
-    actions = dict.fromkeys([*denied_by, *(f.action for f in obs.failures if f.kind == "denied")])
+    actions = dict.fromkeys(
+        [*denied_by, *(f.action for f in obs.failures if f.kind == "denied" and is_iam_action(f.action))]
+    )
     out = []
     for action in actions:
         check = denied_by.get(action)

@@ -11,8 +11,9 @@ from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.model import TriageReport
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.render import render_text
+from hyperpod_debugger.sim.fake_k8s import FakeKubernetes
 from hyperpod_debugger.sim.fake_ssm import FakeSsm
-from hyperpod_debugger.sim.scenarios import REGION, register_probe_nodes, seed_demo
+from hyperpod_debugger.sim.scenarios import EKS_CLUSTER, REGION, register_kubernetes, register_probe_nodes, seed_demo
 from hyperpod_debugger.sim.server import simulated_aws
 from hyperpod_debugger.triage import TriageRequest, run_triage
 
@@ -22,12 +23,17 @@ DEMO_PROBE = ProbeOptions(rate=20.0, timeout=30.0)
 
 def demo_reports(now: datetime | None = None, *, probe: bool = True) -> list[TriageReport]:
     now = now or datetime.now(UTC)
-    with simulated_aws(), FakeSsm(start_session_rate=DEMO_PROBE.rate) as ssm:
+    with (
+        simulated_aws(),
+        FakeSsm(start_session_rate=DEMO_PROBE.rate) as ssm,
+        FakeKubernetes(cluster_name=f"{EKS_CLUSTER}-eks") as kubernetes,
+    ):
         saved = os.environ.get("AWS_ENDPOINT_URL_SSM")
         os.environ["AWS_ENDPOINT_URL_SSM"] = ssm.endpoint_url  # SSM to the fake agent, the rest to moto
         try:
             demo = seed_demo(AwsClients(REGION, max_attempts=2), now)
             register_probe_nodes(ssm, demo, now)
+            register_kubernetes(kubernetes, demo)
             return [
                 run_triage(TriageRequest(cluster=c.name, region=REGION, now=now, probe=probe, probe_options=DEMO_PROBE))
                 for c in (demo.eks, demo.slurm)

@@ -331,3 +331,21 @@ def register_probe_nodes(ssm: Any, demo: Demo, now: datetime) -> list[str]:
             )
         )
     return targets
+
+
+def register_kubernetes(fake: Any, demo: Demo) -> None:
+    """Serve the demo EKS cluster's Kubernetes objects from the fake API server: gpu-workers 3 pending
+    reboot, gpu-workers 2 with a failed deep health check, the system node running a crash-looping
+    aws-node, gpu-workers 0 and 1 healthy (their faults are on the node itself, found by the probe)."""
+    from hyperpod_debugger.sim.fake_k8s import demo_objects
+
+    workers = demo.eks.nodes["gpu-workers"]
+    ordered = {
+        workers[3]: ("gpu-workers", "ml.p5.48xlarge"),
+        workers[2]: ("gpu-workers", "ml.p5.48xlarge"),
+        demo.eks.nodes["system"][0]: ("system", "ml.m5.2xlarge"),
+        workers[0]: ("gpu-workers", "ml.p5.48xlarge"),
+        workers[1]: ("gpu-workers", "ml.p5.48xlarge"),
+    }
+    fake.objects = demo_objects(ordered)
+    seed.set_eks_api(REGION, f"{EKS_CLUSTER}-eks", fake.endpoint, fake.ca_data)

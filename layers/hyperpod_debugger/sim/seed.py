@@ -277,3 +277,10 @@ _MOTO_TYPES = frozenset(
 def node_hostname(seeded: SeededCluster, instance_id: str) -> str:
     """The PrivateDnsHostname first label the seeder gave a node (its Slurm node name)."""
     return sagemaker_backends[ACCOUNT][seeded.region].clusters[seeded.name].nodes[instance_id].hp_hostname
+
+
+def set_eks_api(region: str, eks_name: str, endpoint: str, ca_data: str) -> None:
+    """Point the moto EKS cluster's API endpoint and CA at the fake Kubernetes API server."""
+    cluster = eks_backends[ACCOUNT][region].clusters[eks_name]
+    cluster.endpoint = endpoint
+    cluster.certificate_authority = {"data": ca_data}
