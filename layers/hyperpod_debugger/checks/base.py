@@ -40,29 +40,44 @@ def finding(
     tag: Tag,
     message: str,
     *,
-    priority: Priority | None = None,
-    section: str | None = None,
     instance_id: str | None = None,
     instance_group: str | None = None,
+    **fields: Any,
+) -> Finding:
+    """Build a finding with the cluster identity filled in from the observation."""
+    identity = {
+        "cluster_arn": obs.cluster.arn,
+        "cluster_name": obs.cluster.name,
+        "instance_id": instance_id,
+        "instance_group": instance_group,
+    }
+    return make_finding(identity, check, tag, message, **fields)
+
+
+def make_finding(
+    identity: dict[str, str | None],
+    check: str,
+    tag: Tag,
+    message: str,
+    *,
+    priority: Priority | None = None,
+    section: str | None = None,
     evidence: list[str] | None = None,
     root_cause: str | None = None,
     suggested_commands: list[SuggestedCommand] | None = None,
     **extra: Any,
 ) -> Finding:
-    """Build a finding with the cluster identity filled in from the observation."""
+    """A finding for the cluster/node in ``identity`` (cluster_arn, cluster_name, instance_id, instance_group)."""
     return Finding(
         tag=tag,
         priority=priority,
         check=check,
         section=section,
         message=message,
-        cluster_arn=obs.cluster.arn,
-        cluster_name=obs.cluster.name,
-        instance_id=instance_id,
-        instance_group=instance_group,
         evidence=evidence or [],
         root_cause=root_cause,
         suggested_commands=suggested_commands or [],
+        **identity,
         **extra,
     )
 

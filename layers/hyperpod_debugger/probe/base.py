@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.checks.base import make_finding
+from hyperpod_debugger.model import Finding, Tag
 from hyperpod_debugger.observations import ApiFailure, NotApplicable, Unobservable
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 
@@ -47,31 +48,12 @@ def item(doc: ProbeDocument, item_id: str, *, what: str) -> ProbeItem:
     return found
 
 
-def finding(
-    ctx: ProbeContext,
-    check: str,
-    tag: Tag,
-    message: str,
-    *,
-    priority: Priority | None = None,
-    section: str | None = None,
-    evidence: list[str] | None = None,
-    root_cause: str | None = None,
-    suggested_commands: list[SuggestedCommand] | None = None,
-    **extra: Any,
-) -> Finding:
-    return Finding(
-        tag=tag,
-        priority=priority,
-        check=check,
-        section=section,
-        message=message,
-        cluster_arn=ctx.cluster_arn,
-        cluster_name=ctx.cluster_name,
-        instance_id=ctx.instance_id,
-        instance_group=ctx.instance_group,
-        evidence=evidence or [],
-        root_cause=root_cause,
-        suggested_commands=suggested_commands or [],
-        **extra,
-    )
+def finding(ctx: ProbeContext, check: str, tag: Tag, message: str, **fields: Any) -> Finding:
+    """A finding about the probed node, its identity taken from the context."""
+    identity = {
+        "cluster_arn": ctx.cluster_arn,
+        "cluster_name": ctx.cluster_name,
+        "instance_id": fields.pop("instance_id", ctx.instance_id),
+        "instance_group": fields.pop("instance_group", ctx.instance_group),
+    }
+    return make_finding(identity, check, tag, message, **fields)
