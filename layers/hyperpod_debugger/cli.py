@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    triage = sub.add_parser("triage", help="run the cluster-level checks against one cluster")
+    triage = sub.add_parser("triage", help="triage one cluster: cluster-level checks, orchestrator, and on-node probes")
     triage.add_argument("--cluster", required=True, help="HyperPod cluster name or ARN")
     triage.add_argument("--region", help="AWS Region (default: the ARN's, then AWS_DEFAULT_REGION/AWS_REGION)")
     triage.add_argument("--node", help="focus on one node (EC2 instance id)")
@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("probe-script", help="print the read-only on-node probe script (probe.sh)")
     sub.add_parser("schema", help="print the JSON schema of the triage report")
-    sub.add_parser("iam-policy", help="print the read-only IAM policy the triage needs")
+    sub.add_parser("iam-policy", help="print the IAM policy the triage needs (read-only calls + probe sessions)")
     return parser
 
 
