@@ -1,0 +1,260 @@
+"""The findings-store lifecycle, pure: fingerprints and the transitions one sweep plans."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from hyperpod_debugger.model import (
+    CheckCoverage,
+    CheckStatus,
+    ClusterRef,
+    Coverage,
+    Finding,
+    Priority,
+    RunError,
+    SuggestedCommand,
+    Tag,
+    TriageReport,
+)
+from hyperpod_debugger.store_logic import (
+    EVIDENCE_MAX_BYTES,
+    EVIDENCE_MAX_LINES,
+    State,
+    StoredFinding,
+    TransitionKind,
+    fingerprint,
+    iso,
+    plan_sweep,
+    signature,
+    trim_evidence,
+)
+
+ARN = "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcdef123456"
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+NODE_A = "i-0123456789abcdef0"
+NODE_B = "i-0fedcba9876543210"
+
+
+def finding(**kw) -> Finding:
+    base = dict(
+        tag=Tag.FAIL,
+        priority=Priority.P1,
+        check="nodes.health_status",
+        section="F",
+        message="node unhealthy",
+        cluster_arn=ARN,
+        instance_id=NODE_A,
+    )
+    base.update(kw)
+    return Finding(**base)
+
+
+def report(findings, *, ran=("nodes.health_status",), skipped=(), unknown=(), scope_node=None, error=None):
+    checks = [CheckCoverage(check=c, status=CheckStatus.RAN) for c in ran]
+    checks += [CheckCoverage(check=c, status=CheckStatus.SKIPPED) for c in skipped]
+    checks += [CheckCoverage(check=c, status=CheckStatus.UNKNOWN) for c in unknown]
+    return TriageReport(
+        tool_version="0",
+        generated_at=T0.isoformat(),
+        cluster=ClusterRef(name="c", arn=ARN, region="us-west-2"),
+        scope_node=scope_node,
+        findings=list(findings),
+        coverage=Coverage(checks=checks),
+        error=error,
+        exit_code=1 if error else TriageReport.exit_code_for(list(findings)),
+    )
+
+
+def stored_after(plan) -> dict[str, StoredFinding]:
+    """What the store holds once a plan is written (the adapter's job, simulated)."""
+    return {c.item.fingerprint: c.item for c in plan.changes()}
+
+
+def sweep(previous, findings, now=T0, **kw):
+    return plan_sweep(previous, report(findings, **kw), now)
+
+
+# --- fingerprint ---------------------------------------------------------------------------------
+
+
+def test_fingerprint_is_stable_across_runs_and_volatile_message_parts():
+    # GIVEN the same problem seen by two sweeps, with counters, times, ids and sizes moved
+    first = finding(
+        message="XID 79 at 2026-11-30T12:00:01Z on GPU 00000000:3B:00.0 uuid 6f1c2e9a-1b2c-4d5e-8f90-123456789abc, "
+        "used 12 GiB, pid 4242, ptr 0xdeadbeef"
+    )
+    second = finding(
+        message="XID 80 at 2026-12-01T08:30:59.123+00:00 on GPU 00000000:5C:00.0 uuid 0a1b2c3d-1111-2222-3333-"
+        "444455556666, used 3.5 GiB, pid 17, ptr 0x1f2e"
+    )
+    # THEN they share one fingerprint: 32 hex characters
+    assert fingerprint(first) == fingerprint(second)
+    assert len(fingerprint(first)) == 32
+    assert int(fingerprint(first), 16) >= 0
+    assert "<time>" in signature(first.message) and "<uuid>" in signature(first.message)
+
+
+def test_fingerprint_is_a_pure_function_of_its_inputs():
+    # a fixed value guards against an accidentally salted or process-dependent hash
+    assert fingerprint(finding()) == fingerprint(finding())
+    assert fingerprint(finding(message="node  unhealthy")) == fingerprint(finding())
+
+
+def test_instance_ids_in_the_message_are_normalised_but_the_node_field_is_not():
+    a = finding(message=f"node {NODE_A} unhealthy", instance_id=NODE_A)
+    b = finding(message=f"node {NODE_B} unhealthy", instance_id=NODE_B)
+    assert signature(a.message) == signature(b.message) == "node <instance> unhealthy"
+    assert fingerprint(a) != fingerprint(b)
+
+
+def test_fingerprint_differs_by_node_check_cluster_and_wording():
+    base = fingerprint(finding())
+    assert fingerprint(finding(instance_id=NODE_B)) != base
+    assert fingerprint(finding(instance_id=None)) != base
+    assert fingerprint(finding(check="nodes.deep_health")) != base
+    assert fingerprint(finding(cluster_arn=ARN + "x")) != base
+    assert fingerprint(finding(message="node unreachable")) != base
+
+
+def test_evidence_is_trimmed_to_twenty_lines_and_four_kilobytes():
+    assert len(trim_evidence([f"line {i}" for i in range(100)])) == EVIDENCE_MAX_LINES
+    big = trim_evidence(["é" * 1000] * 10)
+    assert sum(len(line.encode()) for line in big) <= EVIDENCE_MAX_BYTES
+    assert big[0] == "é" * 1000
+
+
+# --- transitions ---------------------------------------------------------------------------------
+
+
+def test_a_new_problem_is_planned_new_and_pass_info_are_not_stored():
+    plan = sweep(
+        {},
+        [
+            finding(),
+            Finding(tag=Tag.PASS, check="nodes.health_status", message="all healthy"),
+            Finding(tag=Tag.INFO, check="cluster.identity", message="hello"),
+        ],
+    )
+    assert [c.kind for c in plan.new] == [TransitionKind.NEW]
+    item = plan.new[0].item
+    assert (item.state, item.first_seen, item.last_seen, item.count) == (State.OPEN, iso(T0), iso(T0), 1)
+    assert item.cluster_arn == ARN and item.instance_id == NODE_A and item.priority is Priority.P1
+    assert plan.finding_writes == 1
+
+
+def test_suggested_commands_are_stored_as_dicts():
+    cmd = SuggestedCommand(command="aws sagemaker describe-cluster-node", purpose="look", mutates=False)
+    plan = sweep({}, [finding(suggested_commands=[cmd])])
+    assert plan.new[0].item.suggested_commands[0]["command"] == "aws sagemaker describe-cluster-node"
+
+
+def test_unchanged_within_the_heartbeat_writes_nothing_and_after_it_a_heartbeat():
+    stored = stored_after(sweep({}, [finding()]))
+    soon = sweep(stored, [finding()], now=T0 + timedelta(minutes=59))
+    assert soon.finding_writes == 0 and soon.heartbeat_skipped == 1
+    later = sweep(stored, [finding()], now=T0 + timedelta(hours=1))
+    assert [c.kind for c in later.unchanged] == [TransitionKind.UNCHANGED]
+    beat = later.unchanged[0]
+    assert beat.item.first_seen == iso(T0)
+    assert beat.item.last_seen == iso(T0 + timedelta(hours=1))
+    assert beat.item.count == 2 and beat.item.version == beat.previous.version + 1
+
+
+def test_heartbeat_bound_1000_unchanged_findings_swept_twice_within_the_hour():
+    # GIVEN 1,000 problems on 1,000 nodes, stored by a first sweep
+    problems = [finding(instance_id=f"i-{n:017x}") for n in range(1000)]
+    first = sweep({}, problems)
+    assert len(first.new) == 1000
+    # WHEN the unchanged cluster is swept again 10 minutes later
+    second = sweep(stored_after(first), problems, now=T0 + timedelta(minutes=10))
+    # THEN no write at all is planned
+    assert second.finding_writes == 0
+    assert second.heartbeat_skipped == 1000
+
+
+def test_priority_rise_is_an_escalation_and_reopens_an_acknowledged_finding():
+    stored = stored_after(sweep({}, [finding(priority=Priority.P2, tag=Tag.WARN)]))
+    fp = next(iter(stored))
+    stored[fp] = replace(stored[fp], state=State.ACKNOWLEDGED, acknowledged_by="ops")
+    plan = sweep(stored, [finding(priority=Priority.P1, tag=Tag.WARN)], now=T0 + timedelta(minutes=1))
+    assert [c.kind for c in plan.escalated] == [TransitionKind.ESCALATED]
+    item = plan.escalated[0].item
+    assert item.priority is Priority.P1 and item.state is State.OPEN and item.acknowledged_by is None
+    assert item.first_seen == iso(T0)
+
+
+def test_warn_to_fail_at_the_same_priority_is_an_escalation():
+    stored = stored_after(sweep({}, [finding(tag=Tag.WARN)]))
+    plan = sweep(stored, [finding(tag=Tag.FAIL)], now=T0 + timedelta(minutes=1))
+    assert len(plan.escalated) == 1
+
+
+def test_a_priority_drop_is_not_an_escalation():
+    stored = stored_after(sweep({}, [finding(priority=Priority.P0)]))
+    plan = sweep(stored, [finding(priority=Priority.P2, tag=Tag.FAIL)], now=T0 + timedelta(minutes=1))
+    assert plan.escalated == [] and plan.finding_writes == 0
+
+
+def test_a_check_that_ran_and_did_not_see_the_problem_resolves_it():
+    stored = stored_after(sweep({}, [finding()]))
+    plan = sweep(stored, [], now=T0 + timedelta(minutes=5))
+    assert [c.kind for c in plan.resolved] == [TransitionKind.RESOLVED]
+    assert plan.resolved[0].item.state is State.RESOLVED
+    assert plan.resolved[0].item.first_seen == iso(T0)
+
+
+def test_skipped_or_unknown_checks_resolve_nothing():
+    stored = stored_after(sweep({}, [finding()]))
+    later = T0 + timedelta(minutes=5)
+    assert sweep(stored, [], now=later, ran=(), unknown=("nodes.health_status",)).resolved == []
+    assert sweep(stored, [], now=later, ran=(), skipped=("nodes.health_status",)).resolved == []
+    assert sweep(stored, [], now=later, ran=()).resolved == []  # absent from coverage
+    # a check that ran on one node's probe but was unknown on another is not trusted to resolve
+    mixed = sweep(stored, [], now=later, ran=("nodes.health_status",), unknown=("nodes.health_status",))
+    assert mixed.resolved == []
+
+
+def test_an_unknown_finding_of_the_same_check_and_node_resolves_nothing():
+    stored = stored_after(sweep({}, [finding()]))
+    blind = finding(tag=Tag.UNKNOWN, priority=Priority.P2, message="could not read node status")
+    assert sweep(stored, [blind], now=T0 + timedelta(minutes=5)).resolved == []
+    cluster_blind = finding(tag=Tag.UNKNOWN, priority=Priority.P2, message="could not list", instance_id=None)
+    assert sweep(stored, [cluster_blind], now=T0 + timedelta(minutes=5)).resolved == []
+
+
+def test_a_failed_run_resolves_nothing():
+    stored = stored_after(sweep({}, [finding()]))
+    err = RunError(kind="credentials", message="expired")
+    assert sweep(stored, [], now=T0 + timedelta(minutes=5), error=err).resolved == []
+
+
+def test_a_focused_run_resolves_only_findings_of_its_node():
+    stored = stored_after(
+        sweep({}, [finding(instance_id=NODE_A), finding(instance_id=NODE_B), finding(instance_id=None)])
+    )
+    plan = sweep(stored, [], now=T0 + timedelta(minutes=5), scope_node=NODE_B)
+    assert [c.item.instance_id for c in plan.resolved] == [NODE_B]
+
+
+def test_a_resolved_fingerprint_seen_again_is_reopened_with_its_first_seen():
+    stored = stored_after(sweep({}, [finding()]))
+    resolved = stored_after(sweep(stored, [], now=T0 + timedelta(minutes=5)))
+    assert next(iter(resolved.values())).state is State.RESOLVED
+    plan = sweep(resolved, [finding()], now=T0 + timedelta(minutes=10))
+    assert [c.kind for c in plan.reopened] == [TransitionKind.REOPENED]
+    item = plan.reopened[0].item
+    assert item.state is State.OPEN and item.first_seen == iso(T0) and item.count == 2
+    # a resolved finding is never resolved twice
+    assert sweep(resolved, [], now=T0 + timedelta(minutes=10)).resolved == []
+
+
+def test_two_findings_with_one_fingerprint_keep_the_more_severe():
+    plan = sweep({}, [finding(tag=Tag.WARN, message="errors 3"), finding(tag=Tag.FAIL, message="errors 9")])
+    assert len(plan.new) == 1 and plan.new[0].item.tag is Tag.FAIL
+
+
+def test_coverage_summary_counts_each_check_once_worst_status_winning():
+    plan = sweep({}, [], ran=("a.x", "a.y", "a.y"), skipped=("a.z",), unknown=("a.x",))
+    assert plan.coverage.counts() == {"ran": 1, "skipped": 1, "unknown": 1}
+    assert plan.coverage.ran == ("a.y",) and plan.coverage.unknown == ("a.x",)
