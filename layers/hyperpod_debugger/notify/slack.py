@@ -1,0 +1,169 @@
+"""Deliver a rendered message to a Slack incoming webhook, with bounded retries.
+
+The webhook URL is a secret (it lives in Secrets Manager): it never appears in a log record or in
+an exception. Logs name the webhook by :func:`webhook_id`, a short hash. Exceptions are raised
+without a chained cause, so a logged traceback cannot carry the URL either.
+
+Retry policy: 429 (honouring ``Retry-After``), 5xx and connection errors are retried with
+exponential backoff; any other non-2xx status fails at once. After the last attempt a
+:class:`DeliveryError` is raised; the caller lets the stream record fail so the queue retries it
+and finally lands it in the DLQ (no notice is lost).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import urllib3
+
+logger = logging.getLogger(__name__)
+
+#: Secret fragments (webhook URLs and their paths) -> the label logged instead.
+_SECRETS: dict[str, str] = {}
+
+
+class _RedactWebhooks(logging.Filter):
+    """Replace any webhook URL or path in a record by its :func:`webhook_id`.
+
+    urllib3 logs each request line, path included, at DEBUG; in a webhook URL the path is the secret.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _SECRETS:
+            return True
+        text = record.getMessage()
+        redacted = text
+        for secret, label in sorted(list(_SECRETS.items()), key=lambda kv: -len(kv[0])):  # longest first
+            redacted = redacted.replace(secret, label)
+        if redacted != text:
+            record.msg, record.args = redacted, None
+        return True
+
+
+_REDACT = _RedactWebhooks()
+for _name in ("urllib3.connectionpool", "urllib3.poolmanager", "urllib3.connection", __name__):
+    _log = logging.getLogger(_name)
+    if not any(isinstance(f, _RedactWebhooks) for f in _log.filters):
+        _log.addFilter(_REDACT)
+
+#: Never wait longer than this for one Retry-After, so a Lambda stays well inside its timeout.
+MAX_RETRY_AFTER = 60.0
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class DeliveryError(Exception):
+    """The message was not delivered. ``status`` is the last HTTP status, or None when no answer came."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(f"Slack delivery failed ({status if status is not None else 'no response'}): {message}")
+        self.status = status
+        self.message = message
+
+    @property
+    def retryable(self) -> bool:
+        return self.status is None or self.status == 429 or self.status >= 500
+
+
+def webhook_id(url: str) -> str:
+    """A short, stable, non-reversible name for a webhook URL, safe to log."""
+    return "webhook-" + hashlib.sha256(url.encode("utf-8")).hexdigest()[:12]
+
+
+def _check_url(url: str) -> None:
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        host, parts = None, None
+    if parts is None or not host:
+        raise DeliveryError(None, "the webhook URL is malformed")
+    if parts.scheme == "https" or (parts.scheme == "http" and host in _LOOPBACK):
+        return
+    raise DeliveryError(None, "the webhook URL must use https")
+
+
+def _retry_after(response: urllib3.BaseHTTPResponse) -> float | None:
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        return None  # an HTTP-date: fall back to our own backoff
+
+
+def _body_excerpt(response: urllib3.BaseHTTPResponse, url: str) -> str:
+    text = (response.data or b"").decode("utf-8", "replace").strip()
+    text = " ".join(text.replace(url, "<webhook>").split())
+    return text[:200] or "(empty body)"
+
+
+def post_to_webhook(
+    url: str,
+    payload: dict[str, Any],
+    *,
+    timeout: float = 10,
+    attempts: int = 3,
+    backoff: float = 1.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """POST ``payload`` as JSON to the webhook; return on 2xx, raise :class:`DeliveryError` otherwise."""
+    _check_url(url)
+    hook = webhook_id(url)
+    path = urlsplit(url).path
+    _SECRETS[url] = hook
+    if len(path) > 1:
+        _SECRETS[path] = f"/<{hook}>"
+    body = json.dumps(payload).encode("utf-8")
+    http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout))
+    status: int | None = None
+    reason = ""
+    attempts = max(attempts, 1)
+    try:
+        for attempt in range(1, attempts + 1):
+            wait = backoff * 2 ** (attempt - 1)
+            try:
+                response = http.request(
+                    "POST",
+                    url,
+                    body=body,
+                    headers={"Content-Type": "application/json; charset=utf-8"},
+                    redirect=False,
+                )
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                # str(exc) may name the URL (host and path): keep only the class name.
+                status, reason = None, f"connection error ({type(exc).__name__})"
+            else:
+                status = response.status
+                if 200 <= status < 300:
+                    logger.info("slack delivery to %s succeeded (status %s, attempt %d)", hook, status, attempt)
+                    return
+                reason = _body_excerpt(response, url)
+                if status == 429:
+                    retry_after = _retry_after(response)
+                    if retry_after is not None:
+                        wait = min(retry_after, MAX_RETRY_AFTER)
+                elif status < 500:
+                    logger.error("slack delivery to %s rejected: status %s: %s", hook, status, reason)
+                    raise DeliveryError(status, reason)
+            if attempt < attempts:
+                logger.warning(
+                    "slack delivery to %s failed (status %s: %s), attempt %d/%d; retrying in %.1fs",
+                    hook,
+                    status,
+                    reason,
+                    attempt,
+                    attempts,
+                    wait,
+                )
+                sleep(wait)
+    finally:
+        http.clear()
+    logger.error("slack delivery to %s failed after %d attempts (status %s: %s)", hook, attempts, status, reason)
+    raise DeliveryError(status, f"{reason} after {attempts} attempts")

@@ -1,0 +1,157 @@
+"""A local stand-in for a Slack incoming webhook, for tests and the demo.
+
+``SlackSink`` listens on 127.0.0.1 at a free port and records each JSON payload it accepts. Like
+Slack, it answers ``200 ok``, ``400 invalid_payload`` for a body that is not JSON, ``400 no_text``
+when there is neither ``text`` nor ``blocks``, and ``400 invalid_blocks`` when Block Kit limits are
+broken (more than 50 blocks, a header over 150 characters, a section text over 3000, more than 10
+fields or a field over 2000). Fault switches: :meth:`fail_next` and :meth:`down`.
+
+    with SlackSink() as sink:
+        post_to_webhook(sink.url, payload)
+        assert sink.received == [payload]
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+WEBHOOK_PATH = "/services/T00000000/B00000000/sinksecretXXXXXXXXXXXXXX"
+
+
+def block_kit_problems(payload: Any) -> list[str]:
+    """Why Slack would refuse ``payload`` (empty when it would accept it)."""
+    if not isinstance(payload, dict):
+        return ["payload is not a JSON object"]
+    problems: list[str] = []
+    blocks = payload.get("blocks")
+    if not payload.get("text") and not blocks:
+        return ["no_text"]
+    if blocks is None:
+        return problems
+    if not isinstance(blocks, list):
+        return ["blocks is not a list"]
+    if len(blocks) > 50:
+        problems.append(f"{len(blocks)} blocks (max 50)")
+    for i, block in enumerate(blocks):
+        kind = block.get("type") if isinstance(block, dict) else None
+        text = (block.get("text") or {}).get("text", "") if isinstance(block, dict) else ""
+        if kind == "header":
+            if (block.get("text") or {}).get("type") != "plain_text":
+                problems.append(f"block {i}: header text must be plain_text")
+            if len(text) > 150:
+                problems.append(f"block {i}: header text {len(text)} chars (max 150)")
+        elif kind == "section":
+            fields = block.get("fields") or []
+            if not text and not fields:
+                problems.append(f"block {i}: section without text or fields")
+            if len(text) > 3000:
+                problems.append(f"block {i}: section text {len(text)} chars (max 3000)")
+            if len(fields) > 10:
+                problems.append(f"block {i}: {len(fields)} fields (max 10)")
+            problems.extend(
+                f"block {i}: field {j} {len(f.get('text', ''))} chars (max 2000)"
+                for j, f in enumerate(fields)
+                if len(f.get("text", "")) > 2000
+            )
+        elif kind == "context":
+            elements = block.get("elements") or []
+            if not 1 <= len(elements) <= 10:
+                problems.append(f"block {i}: context with {len(elements)} elements (1 to 10)")
+        elif kind != "divider":
+            problems.append(f"block {i}: unexpected block type {kind!r}")
+    return problems
+
+
+class SlackSink:
+    """A Slack-webhook-like HTTP server on 127.0.0.1; use as a context manager."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        self.requests = 0  # every POST, accepted or not
+        self.rejected: list[list[str]] = []
+        self._faults: deque[tuple[int, float | None]] = deque()
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.url = ""
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> SlackSink:
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                status, body, headers = sink._answer(raw)
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence the default stderr log
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{port}{WEBHOOK_PATH}"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="slack-sink", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def down(self) -> None:
+        """Stop answering and close the port: the next delivery gets a connection error."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> SlackSink:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    # ----------------------------------------------------------------- faults
+
+    def fail_next(self, n: int, status: int = 500, *, retry_after: float | None = None) -> None:
+        """Answer the next ``n`` requests with ``status`` (and a ``Retry-After`` header when given)."""
+        with self._lock:
+            self._faults.extend([(status, retry_after)] * n)
+
+    # ----------------------------------------------------------------- the answer
+
+    def _answer(self, raw: bytes) -> tuple[int, str, dict[str, str]]:
+        with self._lock:
+            self.requests += 1
+            if self._faults:
+                status, retry_after = self._faults.popleft()
+                headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+                return status, "rate_limited" if status == 429 else "fault injected", headers
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            return 400, "invalid_payload", {}
+        problems = block_kit_problems(payload)
+        if problems:
+            with self._lock:
+                self.rejected.append(problems)
+            return 400, "no_text" if problems == ["no_text"] else "invalid_blocks", {}
+        with self._lock:
+            self.received.append(payload)
+        return 200, "ok", {}
