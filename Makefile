@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit integration e2e bench lint schema iam-policy clean
+.PHONY: demo test unit integration e2e bench lint schema iam-policy clean synth layer
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/hyperpod-debugger demo
 
 test: $(STAMP)
-	$(BIN)/ruff check layers tests bench
+	$(BIN)/ruff check layers tests bench functions infra
 	$(BIN)/python -m pytest -q
 
 unit: $(STAMP)
@@ -37,13 +37,30 @@ bench: $(STAMP)
 	$(BIN)/python bench/ssm_bench.py --nodes 300 --rate 50 --delay 0.5
 
 lint: $(STAMP)
-	$(BIN)/ruff check layers tests bench
+	$(BIN)/ruff check layers tests bench functions infra
 
 schema: $(STAMP)
 	$(BIN)/hyperpod-debugger schema > references/triage-report.schema.json
 
 iam-policy: $(STAMP)
 	$(BIN)/hyperpod-debugger iam-policy
+
+# The Lambda layer, built offline without Docker: the core package plus its runtime dependencies as
+# cp312 / manylinux2014_aarch64 wheels (the functions run on ARM64), into build/layer/python.
+LAYER_DIR := build/layer
+layer: $(STAMP)
+	rm -rf $(LAYER_DIR) build/wheel
+	$(BIN)/python -m pip wheel --quiet --no-deps -w build/wheel .
+	$(BIN)/python -m pip install --quiet --no-compile --platform manylinux2014_aarch64 --implementation cp \
+		--python-version 3.12 --only-binary=:all: -t $(LAYER_DIR)/python \
+		"$$(ls build/wheel/hyperpod_debugger-*.whl)[lambda]"
+
+# Synthesize the CDK app into cdk.out without the CDK CLI, Docker or AWS credentials.
+synth: $(STAMP) $(LAYER_DIR)/python
+	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 CDK_OUTDIR=cdk.out $(BIN)/python -m infra.app
+
+$(LAYER_DIR)/python:
+	$(MAKE) layer
 
 clean:
 	rm -rf $(VENV) build *.egg-info layers/*.egg-info .pytest_cache

@@ -1,0 +1,1 @@
+"""The monitor's functions: the EventBridge event handler and the findings-stream notifier."""

@@ -1,0 +1,261 @@
+"""Lambda entry points of the monitor: wire Powertools, parse, call one logic function, map the result.
+
+* :func:`event_handler`: EventBridge (the three HyperPod detail-types) → a scoped triage into the
+  findings store. Idempotent on the EventBridge event ``id`` (SageMaker may send one change twice).
+* :func:`stream_notifier`: the findings table's DynamoDB stream → Slack and SNS email, on transitions
+  only, with a partial batch response so one failed delivery fails only its own records.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import ValidationError
+
+from functions.monitor import logic
+from functions.monitor.adapters import AwsChannels, idempotency_store
+from functions.shared.env import MonitorEnv, monitor_env, notifier_env, sweep_env
+from functions.shared.events import ClusterEvent, ClusterStateChange, NodeHealthEvent, parse_hyperpod_event
+from functions.shared.observability import logger, metrics, tracer
+from hyperpod_debugger.aws.clients import AwsClients
+from hyperpod_debugger.aws.store import FindingStore, from_item, plain
+from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.store_logic import plan_sweep
+from hyperpod_debugger.triage import TriageRequest, run_triage
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def with_env(getter: Callable[[], Any]) -> Callable[[F], F]:
+    """Validate the function's environment before anything else runs (a bad deploy fails loudly)."""
+
+    def wrap(handler: F) -> F:
+        @functools.wraps(handler)
+        def checked(event: Any, context: Any) -> Any:
+            getter()
+            return handler(event, context)
+
+        return checked  # type: ignore[return-value]
+
+    return wrap
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+# --------------------------------------------------------------------------- event handler
+
+
+def to_signal(event: ClusterEvent | ClusterStateChange | NodeHealthEvent) -> logic.ClusterSignal | None:
+    """The parsed event as a triage signal; None for what is not worth a triage (Info-level events)."""
+    if isinstance(event, NodeHealthEvent):
+        d = event.detail
+        reason = f"node health {d.HealthSummary.HealthStatus}: {d.HealthSummary.HealthStatusReason or '-'}"
+        return logic.ClusterSignal(event.id, d.ClusterArn, event.region, d.InstanceId, reason)
+    if isinstance(event, ClusterStateChange):
+        d = event.detail
+        return logic.ClusterSignal(event.id, d.ClusterArn, event.region, None, f"cluster status {d.ClusterStatus}")
+    e = event.detail.EventDetails
+    if e.EventLevel == "Info":
+        return None
+    return logic.ClusterSignal(event.id, e.ClusterArn, event.region, e.InstanceId, f"{e.EventLevel}: {e.Description}")
+
+
+def _validation_errors(exc: ValidationError) -> list[dict[str, str]]:
+    # No input values: an event may carry tags or messages we do not want copied into logs.
+    return [{"at": ".".join(str(p) for p in err["loc"]), "error": err["msg"]} for err in exc.errors()[:10]]
+
+
+def _run_signal(event: dict[str, Any], signal: logic.ClusterSignal, env: MonitorEnv) -> dict[str, Any]:
+    def triage(req: TriageRequest) -> Any:
+        return run_triage(req, AwsClients(req.region))
+
+    store = FindingStore(AwsClients(env.AWS_REGION), env.FINDINGS_TABLE)
+    transitions = logic.handle_cluster_event(
+        signal,
+        triage=triage,
+        store=store,
+        now=_now(),
+        probe=env.PROBE_ENABLED,
+        probe_timeout=env.PROBE_TIMEOUT_S,
+    )
+    kinds: dict[str, int] = {}
+    for t in transitions:
+        kinds[t.kind.value] = kinds.get(t.kind.value, 0) + 1
+    notifying = sum(1 for t in transitions if t.notify)
+    metrics.add_metric(name="FindingTransitions", unit=MetricUnit.Count, value=notifying)
+    logger.info("triage applied", cluster_arn=signal.cluster_arn, node=signal.node, transitions=kinds)
+    return {
+        "status": "processed",
+        "event_id": signal.event_id,
+        "cluster_arn": signal.cluster_arn,
+        "node": signal.node,
+        "transitions": kinds,
+    }
+
+
+@with_env(monitor_env)
+@logger.inject_lambda_context(correlation_id_path="id", log_event=False)
+@metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
+def event_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    env = monitor_env()
+    metrics.add_metric(name="EventsReceived", unit=MetricUnit.Count, value=1)
+    try:
+        parsed = parse_hyperpod_event(event)
+    except ValidationError as exc:
+        # Retrying cannot fix a malformed event: report it and return instead of raising.
+        detail_type = event.get("detail-type") if isinstance(event, dict) else None
+        errors = _validation_errors(exc)
+        logger.error(
+            "event rejected: not a HyperPod event this handler understands", detail_type=detail_type, errors=errors
+        )
+        metrics.add_metric(name="EventsRejected", unit=MetricUnit.Count, value=1)
+        return {"status": "rejected", "detail_type": detail_type, "errors": errors}
+    signal = to_signal(parsed)
+    if signal is None:
+        logger.info("cluster event ignored: Info level", event_id=parsed.id, detail_type=parsed.detail_type)
+        return {"status": "ignored", "event_id": parsed.id}
+    config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=env.IDEMPOTENCY_TTL_S)
+    config.register_lambda_context(context)
+    run = idempotent_function(
+        _run_signal,
+        data_keyword_argument="event",
+        persistence_store=idempotency_store(env.IDEMPOTENCY_TABLE, env.AWS_REGION),
+        config=config,
+    )
+    logger.info(
+        "triage started",
+        event_id=signal.event_id,
+        cluster_arn=signal.cluster_arn,
+        node=signal.node,
+        reason=signal.reason,
+    )
+    return run(event=event, signal=signal, env=env)
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+@with_env(sweep_env)
+@logger.inject_lambda_context(correlation_id_path="sweep_id", log_event=False)
+@metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
+def sweep_cluster(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """One cluster of the scheduled sweep: full triage (cluster checks, orchestrator, a bounded set of
+    node probes), then the store's lifecycle (new / escalated / resolved) for what changed."""
+    env = sweep_env()
+    cluster_arn = str(event.get("cluster_arn") or "")
+    cluster_name = str(event.get("cluster_name") or "")
+    if not (cluster_arn or cluster_name):
+        logger.error("sweep input names no cluster", keys=sorted(event) if isinstance(event, dict) else None)
+        return {"status": "rejected", "reason": "the sweep input names no cluster"}
+    if not env.allows(cluster_name, cluster_arn):
+        return {"status": "skipped", "cluster": cluster_name or cluster_arn, "reason": "not in CLUSTER_ALLOWLIST"}
+    now = _now()
+    clients = AwsClients(env.AWS_REGION)
+    options = ProbeOptions(max_nodes=env.PROBE_MAX_NODES, rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S)
+    report = run_triage(
+        TriageRequest(
+            cluster=cluster_arn or cluster_name, region=env.AWS_REGION, now=now, probe=env.PROBE_ENABLED,
+            probe_options=options,
+        ),
+        clients,
+    )
+    if report.error is not None:
+        logger.error("sweep triage failed", cluster=cluster_name or cluster_arn, error=report.error.message)
+        return {"status": "error", "cluster": cluster_name or cluster_arn, "error": report.error.message}
+    store = FindingStore(clients, env.FINDINGS_TABLE)
+    transitions = store.apply(plan_sweep(store.open_findings(report.cluster.arn or cluster_arn), report, now), now)
+    kinds: dict[str, int] = {}
+    for t in transitions:
+        kinds[t.kind.value] = kinds.get(t.kind.value, 0) + 1
+    metrics.add_metric(name="SweepTransitions", unit=MetricUnit.Count, value=len(transitions))
+    logger.info("sweep applied", cluster=report.cluster.name, transitions=kinds, summary=report.summary.model_dump())
+    return {"status": "processed", "cluster": report.cluster.name, "transitions": kinds}
+
+
+# --------------------------------------------------------------------------- stream notifier
+
+_processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+
+
+def _record_id(raw: dict[str, Any]) -> str:
+    return str((raw.get("dynamodb") or {}).get("SequenceNumber") or raw.get("eventID") or "")
+
+
+def _changes(records: list[dict[str, Any]]) -> tuple[list[logic.StreamChange], dict[str, str]]:
+    """The notifying transitions of a batch, and the records that could not be read (id → reason)."""
+    changes: list[logic.StreamChange] = []
+    unreadable: dict[str, str] = {}
+    for raw in records:
+        rid = _record_id(raw)
+        images = raw.get("dynamodb") or {}
+        try:
+            new = plain(images["NewImage"]) if images.get("NewImage") else None
+            old = plain(images["OldImage"]) if images.get("OldImage") else None
+            change = logic.change_of(rid, new, old, from_item)
+        except (KeyError, TypeError, ValueError) as exc:
+            unreadable[rid] = type(exc).__name__
+            continue
+        if change is not None:
+            changes.append(change)
+    return changes, unreadable
+
+
+@with_env(notifier_env)
+@logger.inject_lambda_context(log_event=False)
+@metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
+def stream_notifier(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    env = notifier_env()
+    records = list(event.get("Records") or [])
+    metrics.add_metric(name="StreamRecords", unit=MetricUnit.Count, value=len(records))
+    changes, unreadable = _changes(records)
+    deliveries = logic.plan_deliveries(
+        changes, digest_threshold=env.DIGEST_THRESHOLD, breaker_threshold=env.BREAKER_THRESHOLD
+    )
+    by_record = {rid: d for d in deliveries for rid in d.record_ids}
+    channels = AwsChannels(
+        AwsClients(env.AWS_REGION),
+        secret_name=env.SLACK_SECRET_NAME,
+        topic_arn=env.ALERT_TOPIC_ARN,
+        slack_attempts=env.SLACK_ATTEMPTS,
+        slack_timeout=env.SLACK_TIMEOUT_S,
+    )
+    outcome: dict[str, logic.DeliveryFailed | None] = {}
+
+    def record_handler(record: DynamoDBRecord) -> None:
+        rid = _record_id(record.raw_event)
+        if rid in unreadable:
+            raise ValueError(f"stream record {rid} could not be read ({unreadable[rid]})")
+        delivery = by_record.get(rid)
+        if delivery is None:
+            return  # a heartbeat, history or sweep item: nothing to tell anyone
+        if delivery.key not in outcome:
+            message = logic.render(delivery, region=env.AWS_REGION, runbook_base_url=env.RUNBOOK_BASE_URL)
+            try:
+                logic.deliver(delivery, message, channels)
+                outcome[delivery.key] = None
+                metrics.add_metric(name=f"Notifications{delivery.kind.title()}", unit=MetricUnit.Count, value=1)
+                logger.info(
+                    "notification sent", delivery=delivery.key, kind=delivery.kind, records=len(delivery.changes)
+                )
+            except logic.DeliveryFailed as exc:
+                outcome[delivery.key] = exc
+                metrics.add_metric(name="NotificationFailures", unit=MetricUnit.Count, value=1)
+                logger.warning("notification failed", delivery=delivery.key, failures=exc.failures)
+        failed = outcome[delivery.key]
+        if failed is not None:
+            raise failed
+
+    return process_partial_response(event=event, record_handler=record_handler, processor=_processor, context=context)

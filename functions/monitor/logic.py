@@ -1,0 +1,298 @@
+"""The monitor's orchestration, pure: no event, no Lambda context, no boto3.
+
+* :func:`handle_cluster_event`: one HyperPod signal → a scoped triage (the cluster's API checks plus a
+  probe of the named node) → the findings store's transitions.
+* :func:`plan_deliveries` / :func:`deliver`: the findings stream's transitions → Slack and email
+  messages, grouped into a digest when one batch opens many findings of one cluster and into one
+  circuit-breaker alert when many nodes fail the same check.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from hyperpod_debugger.model import Finding, SuggestedCommand, TriageReport
+from hyperpod_debugger.notify import Notice, breaker, breaker_email, digest, digest_email, email_text, slack_message
+from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.store_logic import (
+    NOTIFYING,
+    StoredFinding,
+    SweepPlan,
+    Transition,
+    TransitionKind,
+    parse_iso,
+    plan_sweep,
+)
+from hyperpod_debugger.triage import TriageRequest
+
+# --------------------------------------------------------------------------- event → triage → store
+
+
+@dataclass(frozen=True)
+class ClusterSignal:
+    """What a HyperPod event asks the monitor to look at."""
+
+    event_id: str
+    cluster_arn: str
+    region: str
+    #: the node the event names; the triage probes only this node and resolves only its findings
+    node: str | None = None
+    reason: str = ""
+
+
+class FindingsPort(Protocol):
+    def open_findings(self, cluster_arn: str, *, include_resolved: bool = False) -> dict[str, StoredFinding]: ...
+
+    def apply(self, plan: SweepPlan, now: datetime) -> list[Transition]: ...
+
+
+Triage = Callable[[TriageRequest], TriageReport]
+
+
+def triage_request(signal: ClusterSignal, now: datetime, *, probe: bool, probe_timeout: float) -> TriageRequest:
+    return TriageRequest(
+        cluster=signal.cluster_arn,
+        region=signal.region,
+        node=signal.node,
+        now=now,
+        probe=probe and signal.node is not None,
+        probe_options=ProbeOptions(max_nodes=1, timeout=probe_timeout),
+    )
+
+
+def handle_cluster_event(
+    signal: ClusterSignal,
+    *,
+    triage: Triage,
+    store: FindingsPort,
+    now: datetime,
+    probe: bool = True,
+    probe_timeout: float = 180.0,
+) -> list[Transition]:
+    """Run the scoped triage the signal asks for and write what changed.
+
+    Parameters
+    ----------
+    signal: the cluster (ARN) and, for node events, the node.
+    triage: runs one triage (``hyperpod_debugger.triage.run_triage`` bound to clients).
+    store: the findings store; a focused run resolves only findings of its node.
+
+    Returns
+    -------
+    The transitions that happened (a duplicate or concurrent run gets none for the same change).
+
+    Integrations
+    ------------
+    SageMaker/EC2/EKS/Logs (read-only, through ``triage``), Session Manager (probe), DynamoDB.
+    """
+    report = triage(triage_request(signal, now, probe=probe, probe_timeout=probe_timeout))
+    cluster = report.cluster.arn or signal.cluster_arn
+    plan = plan_sweep(store.open_findings(cluster), report, now)
+    return store.apply(plan, now)
+
+
+# --------------------------------------------------------------------------- stream → notifications
+
+
+@dataclass(frozen=True)
+class StreamChange:
+    """One notifying transition read from the findings table's stream."""
+
+    record_id: str
+    kind: TransitionKind
+    at: str
+    finding: StoredFinding
+
+
+def change_of(
+    record_id: str, new: dict[str, Any] | None, old: dict[str, Any] | None, from_item: Callable[..., StoredFinding]
+) -> StreamChange | None:
+    """The notifying transition a stream record carries, or None (heartbeat, history, sweep, ack, delete).
+
+    ``new`` and ``old`` are the plain (deserialised) images. The store writes ``last_transition`` and
+    ``last_transition_at`` with each transition and leaves them alone on a heartbeat, so a record is a
+    transition exactly when ``last_transition_at`` changed.
+    """
+    if not new or new.get("item_type") != "FINDING":
+        return None
+    kind_text, at = new.get("last_transition"), new.get("last_transition_at")
+    if not kind_text or not at or (old and old.get("last_transition_at") == at):
+        return None
+    try:
+        kind = TransitionKind(str(kind_text))
+    except ValueError:
+        return None
+    if kind not in NOTIFYING:
+        return None
+    return StreamChange(record_id=record_id, kind=kind, at=str(at), finding=from_item(new))
+
+
+def cluster_label(cluster_arn: str) -> str:
+    """The cluster as shown to people: the store keeps the ARN, whose last part is the cluster id."""
+    return cluster_arn.rsplit("/", 1)[-1] if cluster_arn.startswith("arn:") else cluster_arn
+
+
+def region_of(cluster_arn: str, default: str) -> str:
+    parts = cluster_arn.split(":")
+    return parts[3] if len(parts) > 3 and parts[3] else default
+
+
+def to_finding(stored: StoredFinding) -> Finding:
+    return Finding(
+        tag=stored.tag,
+        priority=stored.priority,
+        check=stored.check,
+        section=stored.section,
+        message=stored.message or stored.check,
+        cluster_arn=stored.cluster_arn,
+        cluster_name=cluster_label(stored.cluster_arn),
+        instance_id=stored.instance_id,
+        evidence=list(stored.evidence),
+        suggested_commands=[SuggestedCommand.model_validate(c) for c in stored.suggested_commands],
+    )
+
+
+def to_notice(change: StreamChange, region: str) -> Notice:
+    f = change.finding
+    at = parse_iso(change.at)
+    return Notice(
+        transition=change.kind.value,  # type: ignore[arg-type]  # NOTIFYING kinds only
+        finding=to_finding(f),
+        first_seen=parse_iso(f.first_seen),
+        last_seen=parse_iso(f.last_seen),
+        count=f.count,
+        cluster_name=cluster_label(f.cluster_arn),
+        region=region_of(f.cluster_arn, region),
+        resolved_at=at if change.kind is TransitionKind.RESOLVED else None,
+    )
+
+
+@dataclass
+class Delivery:
+    """One message (Slack and email) covering one or more stream records."""
+
+    key: str
+    kind: Literal["single", "digest", "breaker"]
+    changes: list[StreamChange] = field(default_factory=list)
+
+    @property
+    def record_ids(self) -> list[str]:
+        return [c.record_id for c in self.changes]
+
+
+def plan_deliveries(
+    changes: Sequence[StreamChange], *, digest_threshold: int = 10, breaker_threshold: int = 5
+) -> list[Delivery]:
+    """Group one batch's transitions into messages.
+
+    NEW findings of one check on at least ``breaker_threshold`` nodes of one cluster become one
+    circuit-breaker alert (likely a shared cause, not N node faults); of the NEW findings left, more
+    than ``digest_threshold`` in one cluster become one digest. Everything else is one message each.
+    """
+    new_by_check: dict[tuple[str, str], list[StreamChange]] = defaultdict(list)
+    for c in changes:
+        if c.kind is TransitionKind.NEW and c.finding.instance_id:
+            new_by_check[(c.finding.cluster_arn, c.finding.check)].append(c)
+    out: list[Delivery] = []
+    grouped: set[str] = set()
+    for (cluster, check), group in new_by_check.items():
+        if len({c.finding.instance_id for c in group}) >= breaker_threshold:
+            out.append(Delivery(key=f"breaker:{cluster}:{check}", kind="breaker", changes=group))
+            grouped |= {c.record_id for c in group}
+    new_by_cluster: dict[str, list[StreamChange]] = defaultdict(list)
+    for c in changes:
+        if c.kind is TransitionKind.NEW and c.record_id not in grouped:
+            new_by_cluster[c.finding.cluster_arn].append(c)
+    for cluster, group in new_by_cluster.items():
+        if len(group) > digest_threshold:
+            out.append(Delivery(key=f"digest:{cluster}", kind="digest", changes=group))
+            grouped |= {c.record_id for c in group}
+    for c in changes:
+        if c.record_id not in grouped:
+            out.append(Delivery(key=f"single:{c.record_id}", kind="single", changes=[c]))
+    return out
+
+
+@dataclass(frozen=True)
+class Message:
+    slack: dict[str, Any]
+    subject: str
+    body: str
+
+
+def render(delivery: Delivery, *, region: str, runbook_base_url: str | None) -> Message:
+    notices = [to_notice(c, region) for c in delivery.changes]
+    first = notices[0]
+    if delivery.kind == "single":
+        subject, body = email_text(first, runbook_base_url=runbook_base_url)
+        return Message(slack_message(first, runbook_base_url=runbook_base_url), subject, body)
+    if delivery.kind == "digest":
+        kw: dict[str, Any] = {"cluster_name": first.cluster_name, "runbook_base_url": runbook_base_url}
+        subject, body = digest_email(notices, **kw)
+        return Message(digest(notices, **kw), subject, body)
+    sample = min(notices, key=lambda n: n.finding.instance_id or "").finding
+    ids = sorted(n.finding.instance_id or "" for n in notices)
+    args = (sample.check, sample.section, ids)
+    kw = {"cluster_name": first.cluster_name, "sample": sample, "runbook_base_url": runbook_base_url}
+    subject, body = breaker_email(*args, **kw)
+    return Message(breaker(*args, **kw), subject, body)
+
+
+class ChannelError(Exception):
+    """A channel could not deliver (adapters translate their SDK / HTTP errors into this)."""
+
+
+class Channels(Protocol):
+    """Where messages go; a method raises :class:`ChannelError` when its delivery failed."""
+
+    def slack(self, payload: dict[str, Any]) -> None: ...
+
+    def email(self, subject: str, body: str) -> None: ...
+
+
+class DeliveryFailed(Exception):
+    """At least one channel failed; the others were still tried."""
+
+    def __init__(self, key: str, failures: dict[str, str]) -> None:
+        super().__init__(f"delivery {key} failed on {', '.join(sorted(failures))}")
+        self.key = key
+        self.failures = failures
+
+
+def deliver(delivery: Delivery, message: Message, channels: Channels) -> None:
+    """Send ``message`` on every channel; raise :class:`DeliveryFailed` naming those that failed.
+
+    One channel failing never keeps the other from sending (Slack down still sends the email).
+    """
+    failures: dict[str, str] = {}
+    try:
+        channels.email(message.subject, message.body)
+    except ChannelError as exc:
+        failures["sns"] = str(exc)
+    try:
+        channels.slack(message.slack)
+    except ChannelError as exc:
+        failures["slack"] = str(exc)
+    if failures:
+        raise DeliveryFailed(delivery.key, failures)
+
+
+__all__ = [
+    "ChannelError",
+    "Channels",
+    "ClusterSignal",
+    "Delivery",
+    "DeliveryFailed",
+    "FindingsPort",
+    "Message",
+    "StreamChange",
+    "change_of",
+    "deliver",
+    "handle_cluster_event",
+    "plan_deliveries",
+    "render",
+]

@@ -1,0 +1,1 @@
+"""What every function shares: observability, the environment models and the event models."""

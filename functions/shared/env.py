@@ -1,0 +1,94 @@
+"""Each function's environment variables as a validated model, read once through a cached getter.
+
+Nothing outside the handlers reads ``os.environ``; tests set variables with ``monkeypatch.setenv``
+and call :func:`clear_env_cache`.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+
+class _Env(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    AWS_REGION: str = Field(min_length=1)
+
+
+class Runbook(BaseModel):
+    #: Where the runbook sections live (links in Slack and email); none: section ids only.
+    RUNBOOK_BASE_URL: str | None = None
+
+
+class MonitorEnv(_Env, Runbook):
+    """The EventBridge event handler."""
+
+    FINDINGS_TABLE: str = Field(min_length=1)
+    IDEMPOTENCY_TABLE: str = Field(min_length=1)
+    #: Probe the named node through Session Manager (off: API checks only).
+    PROBE_ENABLED: bool = True
+    PROBE_TIMEOUT_S: float = Field(default=180.0, gt=0)
+    #: How long a processed event id is remembered (EventBridge redelivers within minutes).
+    IDEMPOTENCY_TTL_S: PositiveInt = 3600
+
+
+class NotifierEnv(_Env, Runbook):
+    """The DynamoDB-stream notifier. A channel whose setting is empty is not used."""
+
+    SLACK_SECRET_NAME: str | None = None
+    ALERT_TOPIC_ARN: str | None = None
+    #: More NEW findings of one cluster than this in one batch: one digest instead.
+    DIGEST_THRESHOLD: PositiveInt = 10
+    #: At least this many NEW findings of one check in one cluster: one circuit-breaker alert.
+    BREAKER_THRESHOLD: PositiveInt = 5
+    SLACK_ATTEMPTS: PositiveInt = 3
+    SLACK_TIMEOUT_S: float = Field(default=10.0, gt=0)
+
+
+def _environ(model: type[BaseModel]) -> dict[str, str]:
+    # Empty values count as unset, so a stack can pass "" for an optional channel.
+    return {k: v for k, v in os.environ.items() if k in model.model_fields and v != ""}
+
+
+class SweepEnv(_Env):
+    """The per-cluster sweep the Step Functions Map invokes."""
+
+    FINDINGS_TABLE: str = Field(min_length=1)
+    #: Comma-separated cluster names, ids or ARNs; empty: every cluster of the account and Region.
+    CLUSTER_ALLOWLIST: str = ""
+    PROBE_ENABLED: bool = True
+    #: StartSession calls per second this sweep may use (the account allows about 3 in all).
+    START_SESSION_RATE: float = Field(default=3.0, gt=0)
+    #: Nodes probed per sweep and cluster (suspects and accelerators first); keeps the Lambda well
+    #: inside its time limit on very large clusters.
+    PROBE_MAX_NODES: PositiveInt = 150
+    PROBE_TIMEOUT_S: float = Field(default=120.0, gt=0)
+
+    def allows(self, cluster_name: str, cluster_arn: str) -> bool:
+        wanted = {item.strip() for item in self.CLUSTER_ALLOWLIST.split(",") if item.strip()}
+        return not wanted or bool(wanted & {cluster_name, cluster_arn, cluster_arn.rsplit("/", 1)[-1]})
+
+
+@lru_cache(maxsize=1)
+def sweep_env() -> SweepEnv:
+    return SweepEnv.model_validate(_environ(SweepEnv))
+
+
+@lru_cache(maxsize=1)
+def monitor_env() -> MonitorEnv:
+    """Raises ``pydantic.ValidationError`` naming every missing or invalid variable."""
+    return MonitorEnv.model_validate(_environ(MonitorEnv))
+
+
+@lru_cache(maxsize=1)
+def notifier_env() -> NotifierEnv:
+    return NotifierEnv.model_validate(_environ(NotifierEnv))
+
+
+def clear_env_cache() -> None:
+    sweep_env.cache_clear()
+    monitor_env.cache_clear()
+    notifier_env.cache_clear()

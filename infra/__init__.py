@@ -1,0 +1,1 @@
+"""CDK v2 (Python) app of the serverless HyperPod monitor (see infra/README.md)."""

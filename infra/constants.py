@@ -1,0 +1,88 @@
+"""Names, defaults and context keys shared by the stack, its constructs and the infrastructure tests."""
+
+from __future__ import annotations
+
+import pathlib
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+LAYER_DIR = REPO_ROOT / "build" / "layer"
+
+STACK_NAME = "HyperPodNodeDebugger"
+SERVICE_NAME = "hyperpod-debugger"
+METRICS_NAMESPACE = "HyperPodDebugger"
+
+# Lambda handlers, referenced by string only (the code lives in functions/, built separately).
+EVENT_HANDLER = "functions.monitor.handlers.event_handler"
+SWEEP_HANDLER = "functions.monitor.handlers.sweep_cluster"
+STREAM_NOTIFIER_HANDLER = "functions.monitor.handlers.stream_notifier"
+
+# EventBridge: HyperPod publishes under aws.sagemaker with these detail-types.
+EVENT_SOURCE = "aws.sagemaker"
+DETAIL_TYPE_CLUSTER_EVENT = "SageMaker HyperPod Cluster Event"
+DETAIL_TYPE_STATE_CHANGE = "SageMaker HyperPod Cluster State Change"
+DETAIL_TYPE_NODE_HEALTH = "SageMaker HyperPod Cluster Node Health Event"
+CLUSTER_EVENT_LEVELS = ("Warn", "Error")
+
+# Context keys (cdk.json / -c key=value) and their defaults.
+CTX_SCHEDULE = "sweepSchedule"
+CTX_START_SESSION_RATE = "startSessionRate"
+CTX_CLUSTER_ALLOWLIST = "clusterAllowlist"
+CTX_ALERT_EMAILS = "alertEmails"
+CTX_SLACK_SECRET_NAME = "slackSecretName"
+CTX_LAYER_DIR = "layerAssetPath"
+CTX_LOG_RETENTION_DAYS = "logRetentionDays"
+CTX_FINDINGS_TTL_DAYS = "findingsTtlDays"
+CTX_RUNBOOK_BASE_URL = "runbookBaseUrl"
+
+DEFAULT_SCHEDULE = "rate(15 minutes)"
+DEFAULT_START_SESSION_RATE = 3
+DEFAULT_SLACK_SECRET_NAME = "hyperpod-debugger/slack-webhook"
+DEFAULT_LOG_RETENTION_DAYS = 30
+DEFAULT_FINDINGS_TTL_DAYS = 90
+
+# Findings table schema.
+TABLE_PK = "pk"
+TABLE_SK = "sk"
+GSI_BY_NODE = "by_node"
+GSI_BY_NODE_PK = "node_pk"
+GSI_BY_NODE_SK = "last_seen"
+TTL_ATTRIBUTE = "expires_at"
+IDEMPOTENCY_PK = "id"
+IDEMPOTENCY_TTL = "expiration"
+
+# Stream notifier event source.
+STREAM_BATCH_SIZE = 10
+STREAM_RETRY_ATTEMPTS = 3
+EVENT_TARGET_RETRY_ATTEMPTS = 4
+
+# Stable logical ids of the outputs tests and operators read.
+OUTPUT_FINDINGS_TABLE = "FindingsTableName"
+OUTPUT_TOPIC = "AlertTopicArn"
+OUTPUT_STATE_MACHINE = "SweepStateMachineArn"
+
+# The read-only set (upstream skill facts section 2.8) plus the SSM data channel. No write verbs.
+READ_ONLY_ACTIONS: dict[str, tuple[str, ...]] = {
+    "sagemaker": (
+        "sagemaker:DescribeCluster",
+        "sagemaker:DescribeClusterNode",
+        "sagemaker:ListClusterNodes",
+        "sagemaker:ListClusterEvents",
+        "sagemaker:ListClusters",
+    ),
+    "ec2": (
+        "ec2:DescribeSecurityGroups",
+        "ec2:DescribeSubnets",
+        "ec2:DescribeVpcs",
+        "ec2:DescribeVpcAttribute",
+        "ec2:DescribeVpcEndpoints",
+        "ec2:DescribeRouteTables",
+        "ec2:DescribeNetworkInterfaces",
+        "ec2:DescribeInstances",
+        "ec2:DescribeInstanceTypeOfferings",
+        "ec2:DescribeInstanceTypes",
+    ),
+    "eks": ("eks:DescribeCluster",),
+    "logs": ("logs:DescribeLogGroups", "logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:GetLogEvents"),
+    "quotas": ("servicequotas:GetServiceQuota",),
+    "ssm": ("ssm:StartSession", "ssm:TerminateSession", "ssmmessages:OpenDataChannel"),
+}

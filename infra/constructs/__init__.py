@@ -1,0 +1,1 @@
+"""One construct per capability, composed by infra.stack."""

@@ -1,0 +1,112 @@
+"""Detection: EventBridge rules on HyperPod's own events feed the event Lambda; a schedule starts the sweep."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from infra.constants import (
+    CLUSTER_EVENT_LEVELS,
+    DETAIL_TYPE_CLUSTER_EVENT,
+    DETAIL_TYPE_NODE_HEALTH,
+    DETAIL_TYPE_STATE_CHANGE,
+    EVENT_HANDLER,
+    EVENT_SOURCE,
+    EVENT_TARGET_RETRY_ATTEMPTS,
+)
+from infra.constructs.notifications import encrypted_dlq
+from infra.constructs.python_function import PythonFunction
+from infra.constructs.sweep import findings_write_statements
+
+
+def cluster_resource_prefixes(stack: cdk.Stack, allowlist: list[str]) -> list[str]:
+    """Allowlist entries are cluster ARNs (or ARN prefixes) or cluster ids; ids become ARN prefixes."""
+    prefixes = []
+    for entry in allowlist:
+        if entry.startswith("arn:"):
+            prefixes.append(entry)
+        else:
+            prefixes.append(stack.format_arn(service="sagemaker", resource="cluster", resource_name=entry))
+    return prefixes
+
+
+class Detection(Construct):
+    """Exposes `function` (event handler), `rules` (detail-type -> Rule), `schedule` and `dlq`."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        table: dynamodb.ITableV2,
+        idempotency_table: dynamodb.ITableV2,
+        layer: lambda_.ILayerVersion,
+        state_machine: sfn.IStateMachine,
+        schedule_expression: str,
+        cluster_allowlist: list[str],
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.dlq = encrypted_dlq(self, "EventTargetDlq")
+        self.function = PythonFunction(
+            self,
+            "EventHandler",
+            handler=EVENT_HANDLER,
+            layer=layer,
+            statements=findings_write_statements(table, idempotency_table),
+            timeout=cdk.Duration.minutes(5),
+            memory_size=1024,
+            log_retention=log_retention,
+            environment={
+                "FINDINGS_TABLE": table.table_name,
+                "IDEMPOTENCY_TABLE": idempotency_table.table_name,
+                "CLUSTER_ALLOWLIST": ",".join(cluster_allowlist),
+            },
+        )
+        resources = self._resources_filter(cluster_allowlist)
+        self.rules = {
+            DETAIL_TYPE_CLUSTER_EVENT: self._build_rule(
+                "ClusterEventRule", DETAIL_TYPE_CLUSTER_EVENT, resources, {"EventLevel": list(CLUSTER_EVENT_LEVELS)}
+            ),
+            DETAIL_TYPE_STATE_CHANGE: self._build_rule("StateChangeRule", DETAIL_TYPE_STATE_CHANGE, resources),
+            DETAIL_TYPE_NODE_HEALTH: self._build_rule("NodeHealthRule", DETAIL_TYPE_NODE_HEALTH, resources),
+        }
+        self.schedule = events.Rule(
+            self,
+            "SweepSchedule",
+            description="Starts the HyperPod sweep",
+            schedule=events.Schedule.expression(schedule_expression),
+            targets=[targets.SfnStateMachine(state_machine, dead_letter_queue=self.dlq, retry_attempts=2)],
+        )
+
+    def _resources_filter(self, allowlist: list[str]) -> list[str] | None:
+        if not allowlist:
+            return None
+        prefixes = cluster_resource_prefixes(cdk.Stack.of(self), allowlist)
+        return events.Match.any_of(*(events.Match.prefix(p) for p in prefixes))
+
+    def _build_rule(
+        self, construct_id: str, detail_type: str, resources: list[str] | None, detail: dict | None = None
+    ) -> events.Rule:
+        return events.Rule(
+            self,
+            construct_id,
+            description=f"HyperPod '{detail_type}' events to the event handler",
+            event_pattern=events.EventPattern(
+                source=[EVENT_SOURCE], detail_type=[detail_type], resources=resources, detail=detail
+            ),
+            targets=[
+                targets.LambdaFunction(
+                    self.function.function,
+                    dead_letter_queue=self.dlq,
+                    retry_attempts=EVENT_TARGET_RETRY_ATTEMPTS,
+                    max_event_age=cdk.Duration.hours(2),
+                )
+            ],
+        )

@@ -1,0 +1,115 @@
+"""The single Lambda factory: every function gets the same runtime, logging, tracing and its own role.
+
+IAM convention (decision log): inline `PolicyStatement`s only, never `grant_*` helpers, so every action a
+function may call is visible here and in the synthesized template. Each function gets its own role with
+the read-only HyperPod set plus the statements its caller passes for its own table/topic/secret/queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.constants import METRICS_NAMESPACE, READ_ONLY_ACTIONS, REPO_ROOT, SERVICE_NAME
+
+# The function asset is the repository root filtered down to functions/ and layers/ (no bundling, no Docker).
+CODE_EXCLUDES = [
+    "*",
+    ".*",
+    "!functions",
+    "!functions/**",
+    "!layers",
+    "!layers/**",
+    "**/.*",
+    "**/__pycache__",
+    "**/*.pyc",
+    "**/*.egg-info",
+    "**/*.md",
+]
+
+
+def read_only_statements() -> list[iam.PolicyStatement]:
+    """The read-only HyperPod set (describe/list, logs reads, quotas) and the SSM data channel."""
+    return [
+        iam.PolicyStatement(sid="HyperPodRead", actions=list(READ_ONLY_ACTIONS["sagemaker"]), resources=["*"]),
+        iam.PolicyStatement(
+            sid="NetworkAndEksRead",
+            actions=[*READ_ONLY_ACTIONS["ec2"], *READ_ONLY_ACTIONS["eks"]],
+            resources=["*"],
+        ),
+        iam.PolicyStatement(sid="ClusterLogsRead", actions=list(READ_ONLY_ACTIONS["logs"]), resources=["*"]),
+        iam.PolicyStatement(sid="QuotaRead", actions=list(READ_ONLY_ACTIONS["quotas"]), resources=["*"]),
+        iam.PolicyStatement(sid="SsmDataChannel", actions=list(READ_ONLY_ACTIONS["ssm"]), resources=["*"]),
+    ]
+
+
+class PythonFunction(Construct):
+    """A Python 3.12 / ARM64 Lambda with JSON logs, X-Ray, a retained log group and Powertools env."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        handler: str,
+        layer: lambda_.ILayerVersion,
+        statements: Sequence[iam.PolicyStatement] = (),
+        read_only: bool = True,
+        environment: dict[str, str] | None = None,
+        timeout: cdk.Duration | None = None,
+        memory_size: int = 512,
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+        reserved_concurrency: int | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=cdk.RemovalPolicy.RETAIN)
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"{construct_id}: read-only HyperPod monitor function",
+        )
+        policy_statements = [
+            iam.PolicyStatement(
+                sid="OwnLogGroup",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[self.log_group.log_group_arn],
+            ),
+            # X-Ray write is added by `tracing=ACTIVE` itself (the role's default policy).
+        ]
+        if read_only:
+            policy_statements.extend(read_only_statements())
+        policy_statements.extend(statements)
+        self.policy = iam.Policy(self, "Policy", statements=policy_statements)
+        self.role.attach_inline_policy(self.policy)
+
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            runtime=lambda_.Runtime.PYTHON_3_12,
+            architecture=lambda_.Architecture.ARM_64,
+            handler=handler,
+            code=lambda_.Code.from_asset(str(REPO_ROOT), exclude=CODE_EXCLUDES),
+            layers=[layer],
+            role=self.role,
+            timeout=timeout or cdk.Duration.minutes(5),
+            memory_size=memory_size,
+            tracing=lambda_.Tracing.ACTIVE,
+            logging_format=lambda_.LoggingFormat.JSON,
+            log_group=self.log_group,
+            reserved_concurrent_executions=reserved_concurrency,
+            environment={
+                "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                "POWERTOOLS_LOG_LEVEL": "INFO",
+                "POWERTOOLS_LOGGER_LOG_EVENT": "false",
+                **(environment or {}),
+            },
+        )
+        # The role's inline policy must exist before the function can be invoked.
+        self.function.node.add_dependency(self.policy)

@@ -1,0 +1,154 @@
+"""One stack composing the monitor's capabilities: findings store, notifications, sweep and detection."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import aws_cdk as cdk
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from cdk_nag import AwsSolutionsChecks
+from constructs import Construct
+
+from infra import constants as c
+from infra.constructs.detection import Detection
+from infra.constructs.findings import FindingsStore
+from infra.constructs.notifications import Notifications
+from infra.constructs.sweep import Sweep
+
+
+def _context_list(scope: Construct, key: str) -> list[str]:
+    """A context value given as a list, a JSON list, or a comma-separated string (`-c key=a,b`)."""
+    value = scope.node.try_get_context(key)
+    if value in (None, ""):
+        return []
+    if isinstance(value, str):
+        value = value.strip()
+        if value.startswith("["):
+            value = json.loads(value)
+        else:
+            value = value.split(",")
+    return [str(v).strip() for v in value if str(v).strip()]
+
+
+def _context_value(scope: Construct, key: str, default):
+    value = scope.node.try_get_context(key)
+    return default if value in (None, "") else value
+
+
+_RETENTION = {
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    90: logs.RetentionDays.THREE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+}
+
+
+def _retention(days: int) -> logs.RetentionDays:
+    if days not in _RETENTION:
+        raise ValueError(f"{c.CTX_LOG_RETENTION_DAYS} must be one of {sorted(_RETENTION)}, got {days}")
+    return _RETENTION[days]
+
+
+class HyperPodDebuggerStack(cdk.Stack):
+    """Exposes `findings`, `notifications`, `sweep` and `detection` (and their children) for tests."""
+
+    def __init__(self, scope: Construct, construct_id: str, **kwargs) -> None:
+        super().__init__(scope, construct_id, description="Read-only health monitor for SageMaker HyperPod", **kwargs)
+        self.start_session_rate = int(_context_value(self, c.CTX_START_SESSION_RATE, c.DEFAULT_START_SESSION_RATE))
+        if self.start_session_rate < 1:
+            raise ValueError(f"{c.CTX_START_SESSION_RATE} must be >= 1, got {self.start_session_rate}")
+        allowlist = _context_list(self, c.CTX_CLUSTER_ALLOWLIST)
+        retention = _retention(int(_context_value(self, c.CTX_LOG_RETENTION_DAYS, c.DEFAULT_LOG_RETENTION_DAYS)))
+        self.layer = self._build_layer()
+
+        self.findings = FindingsStore(self, "FindingsStore")
+        self.notifications = Notifications(
+            self,
+            "Notifications",
+            table=self.findings.table,
+            idempotency_table=self.findings.idempotency_table,
+            layer=self.layer,
+            alert_emails=_context_list(self, c.CTX_ALERT_EMAILS),
+            slack_secret_name=str(_context_value(self, c.CTX_SLACK_SECRET_NAME, c.DEFAULT_SLACK_SECRET_NAME)),
+            runbook_base_url=str(_context_value(self, c.CTX_RUNBOOK_BASE_URL, "")),
+        )
+        self.sweep = Sweep(
+            self,
+            "Sweep",
+            table=self.findings.table,
+            idempotency_table=self.findings.idempotency_table,
+            layer=self.layer,
+            max_concurrency=self.start_session_rate,
+            cluster_allowlist=allowlist,
+            log_retention=retention,
+        )
+        self.detection = Detection(
+            self,
+            "Detection",
+            table=self.findings.table,
+            idempotency_table=self.findings.idempotency_table,
+            layer=self.layer,
+            state_machine=self.sweep.state_machine,
+            schedule_expression=str(_context_value(self, c.CTX_SCHEDULE, c.DEFAULT_SCHEDULE)),
+            cluster_allowlist=allowlist,
+            log_retention=retention,
+        )
+        self._build_outputs()
+        self._add_security_checks()
+
+    def _build_layer(self) -> lambda_.LayerVersion:
+        """Dependencies + the core package, built offline by `make layer` into build/layer/python."""
+        layer_dir = pathlib.Path(str(_context_value(self, c.CTX_LAYER_DIR, c.LAYER_DIR)))
+        if not (layer_dir / "python").is_dir():
+            raise FileNotFoundError(f"{layer_dir}/python is missing: run `make layer` first")
+        return lambda_.LayerVersion(
+            self,
+            "CoreLayer",
+            code=lambda_.Code.from_asset(str(layer_dir)),
+            compatible_runtimes=[lambda_.Runtime.PYTHON_3_12],
+            compatible_architectures=[lambda_.Architecture.ARM_64],
+            description="hyperpod_debugger core, Powertools and pinned AWS SDK",
+        )
+
+    def _build_outputs(self) -> None:
+        for key, value in (
+            (c.OUTPUT_FINDINGS_TABLE, self.findings.table.table_name),
+            (c.OUTPUT_TOPIC, self.notifications.topic.topic_arn),
+            (c.OUTPUT_STATE_MACHINE, self.sweep.state_machine.state_machine_arn),
+        ):
+            output = cdk.CfnOutput(self, key, value=value)
+            output.override_logical_id(key)
+
+    def _add_security_checks(self) -> None:
+        cdk.Validations.of(self).add_plugins(AwsSolutionsChecks(self))
+        for finding_id, reason in ACKNOWLEDGEMENTS.items():
+            cdk.Validations.of(self).acknowledge(cdk.Acknowledgment(id=f"AwsSolutions::{finding_id}", reason=reason))
+
+
+# Each acknowledgement names one granular cdk-nag finding and says why it is accepted.
+ACKNOWLEDGEMENTS: dict[str, str] = {
+    "AwsSolutions-IAM5[Resource::*]": (
+        "Only read actions that have no resource-level permissions or must span every cluster carry '*': "
+        "sagemaker List/Describe on clusters the operator has not named in advance, ec2 Describe*, "
+        "service-quotas:GetServiceQuota, logs reads across /aws/sagemaker/Clusters/* groups, ssm StartSession "
+        "on sagemaker-cluster: targets (no documented resource ARN), X-Ray trace writes and the Step Functions "
+        "log-delivery APIs (both documented as resource '*' only). No write action on HyperPod, EC2 or EKS."
+    ),
+    "AwsSolutions-IAM5[Resource::<SweepSweepClusterFunctionD44345D0.Arn>:*]": (
+        "Generated by the Step Functions LambdaInvoke task so the state machine can invoke versions and aliases "
+        "of the one sweep function; it grants lambda:InvokeFunction on that function only."
+    ),
+    "AwsSolutions-SQS3": (
+        "Both queues are dead-letter queues themselves (the EventBridge targets' DLQ and the stream event "
+        "source's on-failure destination), a role cdk-nag cannot see because no SQS redrive policy points at "
+        "them; a DLQ of a DLQ would only move the problem. The notifier DLQ's depth raises an alarm."
+    ),
+    "AwsSolutions-L1": (
+        "Pinned to python3.12: the core layer is built offline for cp312/manylinux2014_aarch64 by `make layer`, "
+        "and the runtime moves together with that build, not with each new Lambda runtime."
+    ),
+}

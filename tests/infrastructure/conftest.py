@@ -1,0 +1,59 @@
+"""Infrastructure tier: the CDK app synthesized in-process (no CLI, no Docker, no network).
+
+Skipped when the optional `cdk` extra is not installed. Each app build costs a few seconds (jsii starts a
+node process), so fixtures are module-scoped.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+pytest.importorskip("aws_cdk", reason="install the `cdk` extra for infrastructure tests")
+
+from aws_cdk.assertions import Template  # noqa: E402
+
+from infra.app import build_app  # noqa: E402
+from infra.constants import CTX_LAYER_DIR  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "infrastructure: CDK template assertions and cdk-nag (slow, no network)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if pathlib.Path(str(item.fspath)).resolve().parent == HERE:
+            item.add_marker(pytest.mark.infrastructure)
+
+
+def synth(tmp_path_factory: pytest.TempPathFactory, **context) -> tuple:
+    """Build and synthesize the app (cdk-nag validation runs here), returning (stack, Template, outdir)."""
+    layer = tmp_path_factory.mktemp("layer")
+    (layer / "python").mkdir()
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    app, stack = build_app(
+        context={"aws:cdk:bundling-stacks": [], CTX_LAYER_DIR: str(layer), **context}, outdir=str(outdir)
+    )
+    app.synth()
+    return stack, Template.from_stack(stack), outdir
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory: pytest.TempPathFactory):
+    return synth(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def template(synthesized) -> Template:
+    return synthesized[1]
+
+
+@pytest.fixture(scope="module")
+def stack(synthesized):
+    return synthesized[0]

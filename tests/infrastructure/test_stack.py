@@ -1,0 +1,403 @@
+"""Template assertions on the synthesized monitor stack, an IAM write-action scan, and cdk-nag."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from infra import constants as c
+from infra.stack import ACKNOWLEDGEMENTS
+from tests.infrastructure.conftest import synth
+
+# --- detection --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("detail_type", "detail"),
+    [
+        (c.DETAIL_TYPE_CLUSTER_EVENT, {"EventLevel": ["Warn", "Error"]}),
+        (c.DETAIL_TYPE_STATE_CHANGE, Match.absent()),
+        (c.DETAIL_TYPE_NODE_HEALTH, Match.absent()),
+    ],
+)
+def test_rule_per_detail_type_targets_event_handler_with_dlq_and_retries(template: Template, detail_type, detail):
+    template.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "EventPattern": {
+                "source": ["aws.sagemaker"],
+                "detail-type": [detail_type],
+                "detail": detail,
+                "resources": Match.absent(),
+            },
+            "Targets": [
+                Match.object_like(
+                    {
+                        "Arn": {"Fn::GetAtt": [Match.string_like_regexp("EventHandlerFunction"), "Arn"]},
+                        "DeadLetterConfig": {"Arn": Match.any_value()},
+                        "RetryPolicy": {
+                            "MaximumRetryAttempts": c.EVENT_TARGET_RETRY_ATTEMPTS,
+                            "MaximumEventAgeInSeconds": 7200,
+                        },
+                    }
+                )
+            ],
+        },
+    )
+
+
+def test_exactly_three_event_rules_and_one_schedule(template: Template):
+    rules = template.find_resources("AWS::Events::Rule")
+    patterns = [r for r in rules.values() if "EventPattern" in r["Properties"]]
+    schedules = [r for r in rules.values() if "ScheduleExpression" in r["Properties"]]
+    assert len(patterns) == 3
+    assert len(schedules) == 1
+
+
+def test_schedule_starts_the_sweep_state_machine_every_15_minutes(template: Template):
+    template.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "ScheduleExpression": "rate(15 minutes)",
+            "Targets": [
+                Match.object_like(
+                    {
+                        "Arn": {"Ref": Match.string_like_regexp("SweepStateMachine")},
+                        "DeadLetterConfig": Match.any_value(),
+                    }
+                )
+            ],
+        },
+    )
+
+
+# --- findings store ---------------------------------------------------------------------------------------
+
+
+def test_findings_table_keys_stream_ttl_pitr_gsi(template: Template):
+    template.has_resource_properties(
+        "AWS::DynamoDB::GlobalTable",
+        {
+            "KeySchema": [
+                {"AttributeName": c.TABLE_PK, "KeyType": "HASH"},
+                {"AttributeName": c.TABLE_SK, "KeyType": "RANGE"},
+            ],
+            "AttributeDefinitions": Match.array_with(
+                [
+                    {"AttributeName": c.TABLE_PK, "AttributeType": "S"},
+                    {"AttributeName": c.TABLE_SK, "AttributeType": "S"},
+                ]
+            ),
+            "BillingMode": "PAY_PER_REQUEST",
+            "StreamSpecification": {"StreamViewType": "NEW_AND_OLD_IMAGES"},
+            "TimeToLiveSpecification": {"AttributeName": c.TTL_ATTRIBUTE, "Enabled": True},
+            "Replicas": [Match.object_like({"PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True}})],
+            "GlobalSecondaryIndexes": [
+                Match.object_like(
+                    {
+                        "IndexName": c.GSI_BY_NODE,
+                        "KeySchema": [
+                            {"AttributeName": c.GSI_BY_NODE_PK, "KeyType": "HASH"},
+                            {"AttributeName": c.GSI_BY_NODE_SK, "KeyType": "RANGE"},
+                        ],
+                    }
+                )
+            ],
+        },
+    )
+
+
+def test_idempotency_table_with_ttl(template: Template):
+    template.has_resource_properties(
+        "AWS::DynamoDB::GlobalTable",
+        {
+            "KeySchema": [{"AttributeName": c.IDEMPOTENCY_PK, "KeyType": "HASH"}],
+            "TimeToLiveSpecification": {"AttributeName": c.IDEMPOTENCY_TTL, "Enabled": True},
+        },
+    )
+    template.resource_count_is("AWS::DynamoDB::GlobalTable", 2)
+
+
+# --- sweep ------------------------------------------------------------------------------------------------
+
+
+def _definition(template: Template) -> dict:
+    (machine,) = template.find_resources("AWS::StepFunctions::StateMachine").values()
+    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    return json.loads("".join(_render(p) for p in parts))
+
+
+def _render(part) -> str:
+    """Intrinsics inside the ASL string become readable markers such as `GetAtt:SweepSweepClusterFunction…`."""
+    if isinstance(part, str):
+        return part
+    if "Fn::GetAtt" in part:
+        return "GetAtt:" + part["Fn::GetAtt"][0]
+    return "Ref:" + part.get("Ref", "?")
+
+
+def test_sweep_lists_clusters_then_maps_with_start_session_concurrency(template: Template):
+    definition = _definition(template)
+    assert definition["StartAt"] == "ListClusters"
+    assert definition["States"]["ListClusters"]["Resource"].endswith(":states:::aws-sdk:sagemaker:listClusters")
+    each = definition["States"]["EachCluster"]
+    assert each["Type"] == "Map"
+    assert each["MaxConcurrency"] == c.DEFAULT_START_SESSION_RATE
+    inner = each["ItemProcessor"]["States"]["SweepOneCluster"]
+    assert inner["Resource"].startswith("GetAtt:SweepSweepClusterFunction")
+    assert each["ItemSelector"]["cluster_name.$"] == "$$.Map.Item.Value.ClusterName"
+
+
+def test_sweep_state_machine_logs_and_traces(template: Template):
+    template.has_resource_properties(
+        "AWS::StepFunctions::StateMachine",
+        {"TracingConfiguration": {"Enabled": True}, "LoggingConfiguration": Match.object_like({"Level": "ALL"})},
+    )
+
+
+# --- lambda factory ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("handler", [c.EVENT_HANDLER, c.SWEEP_HANDLER, c.STREAM_NOTIFIER_HANDLER])
+def test_functions_share_factory_defaults(template: Template, handler: str):
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Handler": handler,
+            "Runtime": "python3.12",
+            "Architectures": ["arm64"],
+            "TracingConfig": {"Mode": "Active"},
+            "LoggingConfig": Match.object_like({"LogFormat": "JSON", "LogGroup": Match.any_value()}),
+            "Layers": [Match.any_value()],
+            "Environment": {
+                "Variables": Match.object_like(
+                    {"POWERTOOLS_SERVICE_NAME": c.SERVICE_NAME, "POWERTOOLS_METRICS_NAMESPACE": c.METRICS_NAMESPACE}
+                )
+            },
+        },
+    )
+
+
+def test_each_function_has_its_own_role_and_retained_log_group(template: Template):
+    functions = template.find_resources("AWS::Lambda::Function")
+    roles = {json.dumps(f["Properties"]["Role"]) for f in functions.values()}
+    assert len(functions) == 3
+    assert len(roles) == 3
+    template.all_resources_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
+
+
+# --- notifications ----------------------------------------------------------------------------------------
+
+
+def test_stream_event_source_reports_batch_failures_with_dlq(template: Template):
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "BatchSize": c.STREAM_BATCH_SIZE,
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+            "BisectBatchOnFunctionError": True,
+            "MaximumRetryAttempts": c.STREAM_RETRY_ATTEMPTS,
+            "EventSourceArn": {"Fn::GetAtt": [Match.string_like_regexp("FindingsStoreFindings"), "StreamArn"]},
+            "DestinationConfig": {
+                "OnFailure": {"Destination": {"Fn::GetAtt": [Match.string_like_regexp("NotifierDlq"), "Arn"]}}
+            },
+        },
+    )
+
+
+def test_topic_is_kms_encrypted_with_a_rotating_key(template: Template):
+    template.has_resource_properties(
+        "AWS::SNS::Topic", {"KmsMasterKeyId": {"Fn::GetAtt": [Match.string_like_regexp("TopicKey"), "Arn"]}}
+    )
+    template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
+    template.resource_count_is("AWS::SNS::Subscription", 0)
+
+
+def test_dlq_depth_alarm_notifies_the_topic(template: Template):
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "MetricName": "ApproximateNumberOfMessagesVisible",
+            "Namespace": "AWS/SQS",
+            "Threshold": 0,
+            "ComparisonOperator": "GreaterThanThreshold",
+            "AlarmActions": [{"Ref": Match.string_like_regexp("AlertTopic")}],
+        },
+    )
+
+
+def test_notifier_reads_only_its_slack_secret(template: Template):
+    statements = [
+        st
+        for k, p in template.find_resources("AWS::IAM::Policy").items()
+        if k.startswith("NotificationsStreamNotifier")
+        for st in p["Properties"]["PolicyDocument"]["Statement"]
+        if "secretsmanager:GetSecretValue" in _actions(st)
+    ]
+    assert len(statements) == 1
+    assert _actions(statements[0]) == ["secretsmanager:GetSecretValue"]
+    arn_tail = statements[0]["Resource"]["Fn::Join"][1][-1]
+    assert arn_tail == f":secret:{c.DEFAULT_SLACK_SECRET_NAME}-??????"
+    (notifier,) = [
+        f
+        for f in template.find_resources("AWS::Lambda::Function").values()
+        if f["Properties"]["Handler"] == c.STREAM_NOTIFIER_HANDLER
+    ]
+    assert notifier["Properties"]["Environment"]["Variables"]["SLACK_SECRET_NAME"] == c.DEFAULT_SLACK_SECRET_NAME
+
+
+# --- IAM: read-only toward HyperPod, EC2 and EKS -----------------------------------------------------------
+
+READ_VERBS = ("Describe", "List", "Get", "Filter")
+ALLOWED_VERBS = READ_VERBS + (
+    "StartSession",
+    "TerminateSession",
+    "OpenDataChannel",
+    "Query",
+    "PutItem",
+    "UpdateItem",
+    "DeleteItem",
+    "TransactWriteItems",
+    "Publish",
+    "SendMessage",
+)
+# Exact actions outside the verb list, each with the reason it is there.
+ALLOWED_EXACT = {
+    "lambda:InvokeFunction",  # the state machine invokes the sweep function
+    "states:StartExecution",  # the schedule starts the sweep
+    "kms:Decrypt",  # publishing to / alarms on the KMS-encrypted topic
+    "kms:GenerateDataKey",
+}
+ALLOWED_SERVICES = {"xray", "logs"}  # trace writes and log delivery / log writes
+
+
+def _statements(node):
+    """Every policy statement anywhere in the template (identity, resource and key policies)."""
+    if isinstance(node, dict):
+        if "Statement" in node and isinstance(node["Statement"], list):
+            yield from node["Statement"]
+        for value in node.values():
+            yield from _statements(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _statements(value)
+
+
+def _actions(statement) -> list[str]:
+    actions = statement.get("Action", [])
+    return [actions] if isinstance(actions, str) else list(actions)
+
+
+def _all_actions(template: Template) -> list[str]:
+    return [a for s in _statements(template.to_json()["Resources"]) for a in _actions(s)]
+
+
+def test_scan_finds_statements(template: Template):
+    actions = _all_actions(template)
+    assert "sagemaker:ListClusterNodes" in actions
+    assert "ssm:StartSession" in actions
+    assert len(actions) > 40
+
+
+def test_no_sagemaker_ec2_eks_write_action_anywhere(template: Template):
+    offenders = []
+    for action in _all_actions(template):
+        service, _, verb = action.partition(":")
+        if action == "*" or (service in {"sagemaker", "ec2", "eks"} and not verb.startswith(READ_VERBS)):
+            offenders.append(action)
+        if (
+            service in {"sagemaker", "ec2", "eks"}
+            and "*" in verb
+            and not re.fullmatch(r"(Describe|List|Get)\w*\*?", verb)
+        ):
+            offenders.append(action)
+    assert offenders == []
+
+
+def test_every_identity_action_is_on_the_allowed_verb_list(template: Template):
+    offenders = []
+    for logical_id, resource in template.find_resources("AWS::IAM::Policy").items():
+        for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+            assert statement["Effect"] == "Allow"
+            for action in _actions(statement):
+                service, _, verb = action.partition(":")
+                if action in ALLOWED_EXACT or service in ALLOWED_SERVICES or verb.startswith(ALLOWED_VERBS):
+                    continue
+                offenders.append(f"{logical_id}: {action}")
+    assert offenders == []
+
+
+def test_no_managed_policies_roles_carry_no_inline_wildcards(template: Template):
+    for role in template.find_resources("AWS::IAM::Role").values():
+        assert "ManagedPolicyArns" not in role["Properties"]
+    assert template.find_resources("AWS::IAM::ManagedPolicy") == {}
+
+
+def test_notifier_has_no_hyperpod_or_ssm_access(template: Template):
+    notifier_policies = [
+        r for k, r in template.find_resources("AWS::IAM::Policy").items() if k.startswith("NotificationsStreamNotifier")
+    ]
+    assert notifier_policies
+    actions = [
+        a for p in notifier_policies for s in p["Properties"]["PolicyDocument"]["Statement"] for a in _actions(s)
+    ]
+    assert not [a for a in actions if a.split(":")[0] in {"sagemaker", "ec2", "eks", "ssm", "ssmmessages"}]
+
+
+# --- cdk-nag ----------------------------------------------------------------------------------------------
+
+
+def test_cdk_nag_reports_no_unacknowledged_violations(synthesized):
+    _, _, outdir = synthesized
+    report = json.loads((outdir / "validation-report.json").read_text())
+    (plugin,) = report["pluginReports"]
+    assert plugin["pluginName"] == "AwsSolutions"
+    assert plugin["conclusion"] == "success"
+    assert plugin["violations"] == []
+    suppressed = {v["ruleName"] for v in plugin["suppressedViolations"]}
+    assert suppressed == set(ACKNOWLEDGEMENTS)  # every acknowledgement is used, none is stale
+
+
+def test_acknowledgements_are_granular_and_reasoned():
+    for finding_id, reason in ACKNOWLEDGEMENTS.items():
+        assert re.fullmatch(r"AwsSolutions-[A-Z]+\d+(\[[^\]]+\])?", finding_id)
+        assert len(reason) > 80
+
+
+# --- context ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def customized(tmp_path_factory):
+    _, template, _ = synth(
+        tmp_path_factory,
+        startSessionRate=7,
+        sweepSchedule="rate(1 hour)",
+        clusterAllowlist="abc123def,arn:aws:sagemaker:us-east-1:111122223333:cluster/zz9",
+        alertEmails=["ops@example.com", "oncall@example.com"],
+        slackSecretName="team/slack",
+    )
+    return template
+
+
+def test_context_drives_concurrency_schedule_allowlist_and_subscriptions(customized: Template):
+    assert _definition(customized)["States"]["EachCluster"]["MaxConcurrency"] == 7
+    customized.has_resource_properties("AWS::Events::Rule", {"ScheduleExpression": "rate(1 hour)"})
+    rules = [r for r in customized.find_resources("AWS::Events::Rule").values() if "EventPattern" in r["Properties"]]
+    assert len(rules) == 3
+    for rule in rules:
+        resources = rule["Properties"]["EventPattern"]["resources"]
+        assert len(resources) == 2
+        assert resources[1] == {"prefix": "arn:aws:sagemaker:us-east-1:111122223333:cluster/zz9"}
+        assert "prefix" in resources[0]
+        assert "cluster/abc123def" in json.dumps(resources[0])
+    customized.resource_count_is("AWS::SNS::Subscription", 2)
+    customized.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"})
+
+
+def test_invalid_start_session_rate_is_rejected(tmp_path_factory):
+    with pytest.raises(Exception, match="startSessionRate"):
+        synth(tmp_path_factory, startSessionRate=0)

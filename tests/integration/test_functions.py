@@ -1,0 +1,459 @@
+"""The monitor's Lambda handlers, invoked in-process against moto: EventBridge event → triage → findings
+store → DynamoDB stream → Slack (a local sink) and SNS (read back through a subscribed SQS queue)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from functions.monitor import adapters, handlers
+from functions.shared import env as env_module
+from functions.shared.events import (
+    ClusterEvent,
+    ClusterStateChange,
+    NodeHealthEvent,
+    ScheduleEvent,
+    parse_monitor_event,
+)
+from hyperpod_debugger.aws.clients import AwsClients
+from hyperpod_debugger.aws.store import FindingStore, create_table
+from hyperpod_debugger.model import (
+    CheckCoverage,
+    CheckStatus,
+    ClusterRef,
+    Coverage,
+    Finding,
+    Priority,
+    Tag,
+    TriageReport,
+)
+from hyperpod_debugger.sim import scenarios
+from hyperpod_debugger.sim.slack_sink import SlackSink
+from hyperpod_debugger.store_logic import plan_sweep
+
+EVENTS = pathlib.Path(__file__).resolve().parents[1] / "events"
+TABLE = "hyperpod-findings"
+IDEMPOTENCY = "hyperpod-idempotency"
+SECRET = "hyperpod/slack-webhook"
+ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/lw12e0dn1hhd"
+
+
+def load(name: str) -> dict:
+    return json.loads((EVENTS / name).read_text())
+
+
+@dataclass
+class LambdaContext:
+    function_name: str = "hyperpod-monitor"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = "arn:aws:lambda:us-west-2:111122223333:function:hyperpod-monitor"
+    aws_request_id: str = "0c9e6a4e-0000-4000-8000-000000000001"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 300_000
+
+
+@pytest.fixture
+def lambda_context() -> LambdaContext:
+    return LambdaContext()
+
+
+@pytest.fixture
+def sink():
+    with SlackSink() as s:
+        yield s
+
+
+@pytest.fixture
+def monitor(aws, clients, sink, monkeypatch):
+    """The stack's resources on moto and the functions' environment pointing at them."""
+    create_table(clients, TABLE)
+    clients.client("dynamodb").create_table(
+        TableName=IDEMPOTENCY,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+    )
+    clients.client("secretsmanager").create_secret(Name=SECRET, SecretString=sink.url)
+    sns, sqs = clients.client("sns"), clients.client("sqs")
+    topic = sns.create_topic(Name="hyperpod-alerts")["TopicArn"]
+    queue_url = sqs.create_queue(QueueName="alerts-mailbox")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
+    for name, value in {
+        "AWS_REGION": scenarios.REGION,
+        "FINDINGS_TABLE": TABLE,
+        "IDEMPOTENCY_TABLE": IDEMPOTENCY,
+        "PROBE_ENABLED": "false",
+        "SLACK_SECRET_NAME": SECRET,
+        "ALERT_TOPIC_ARN": topic,
+        "SLACK_ATTEMPTS": "1",
+        "SLACK_TIMEOUT_S": "5",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    env_module.clear_env_cache()
+    adapters.idempotency_store.cache_clear()
+    yield Monitor(clients, queue_url)
+    env_module.clear_env_cache()
+    adapters.idempotency_store.cache_clear()
+
+
+@dataclass
+class Monitor:
+    clients: AwsClients
+    queue_url: str
+    _seen: int = 0
+
+    @property
+    def store(self) -> FindingStore:
+        return FindingStore(self.clients, TABLE)
+
+    def stream_event(self) -> dict:
+        """Every stream record written since the last call, as Lambda's event source delivers them.
+
+        moto (5.2) keeps the table's stream records but its DynamoDB Streams API answers "Not yet
+        implemented" to the current botocore, so the records are read from moto's backend directly.
+        """
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.dynamodb.models import dynamodb_backends
+
+        table = dynamodb_backends[DEFAULT_ACCOUNT_ID][scenarios.REGION].tables[TABLE]
+        items = table.stream_shard.items
+        fresh, self._seen = items[self._seen :], len(items)
+        records = []
+        for item in fresh:
+            record = copy.deepcopy(item.to_json())
+            record["awsRegion"] = scenarios.REGION
+            record["eventSourceARN"] = (
+                table.latest_stream_label and f"{table.table_arn}/stream/{table.latest_stream_label}"
+            )
+            records.append(record)
+        return json.loads(json.dumps({"Records": records}, default=_json_default))
+
+    def emails(self) -> list[dict]:
+        sqs = self.clients.client("sqs")
+        out = []
+        while True:
+            got = sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10).get("Messages", [])
+            if not got:
+                return out
+            for m in got:
+                out.append(json.loads(m["Body"]))
+                sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=m["ReceiptHandle"])
+
+
+def _json_default(value):
+    if isinstance(value, datetime):
+        return int(value.timestamp())
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, bytes):
+        return value.decode()
+    raise TypeError(type(value))
+
+
+@pytest.fixture
+def live_demo(clients):
+    """The demo clusters seeded around the real clock, as the handler triages at the current time."""
+    return scenarios.seed_demo(AwsClients(scenarios.REGION, max_attempts=1), datetime.now(UTC))
+
+
+def node_health_event(cluster, instance_id: str, event_id: str = "7a3e6c1d-5f0b-4b8e-9d2a-1c4f6e8a0b31") -> dict:
+    event = load("hyperpod_node_health_event.json")
+    event["id"] = event_id
+    event["resources"] = [cluster.arn]
+    event["detail"].update(ClusterArn=cluster.arn, ClusterName=cluster.name, InstanceId=instance_id)
+    return event
+
+
+def seed_findings(store: FindingStore, findings: list[Finding], check_ids: set[str]) -> None:
+    """Write NEW findings straight through the store, as one sweep of a cluster would."""
+    report = TriageReport(
+        tool_version="0",
+        generated_at="2026-11-30T12:00:00+00:00",
+        cluster=ClusterRef(name="sample-cluster", arn=ARN, region=scenarios.REGION),
+        findings=findings,
+        coverage=Coverage(checks=[CheckCoverage(check=c, status=CheckStatus.RAN) for c in sorted(check_ids)]),
+        exit_code=TriageReport.exit_code_for(findings),
+    )
+    now = datetime.now(UTC)
+    store.apply(plan_sweep(store.open_findings(ARN), report, now), now)
+
+
+def finding(check: str, node: str, message: str = "GPU fell off the bus") -> Finding:
+    return Finding(
+        tag=Tag.FAIL,
+        priority=Priority.P1,
+        check=check,
+        section="B.1",
+        message=message,
+        cluster_arn=ARN,
+        instance_id=node,
+        evidence=["NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus."],
+    )
+
+
+def node(n: int) -> str:
+    return f"i-{n:017x}"
+
+
+# --------------------------------------------------------------------------- recorded event shapes
+
+
+@pytest.mark.parametrize(
+    ("name", "model"),
+    [
+        ("hyperpod_node_health_event.json", NodeHealthEvent),
+        ("hyperpod_cluster_event.json", ClusterEvent),
+        ("hyperpod_cluster_state_change.json", ClusterStateChange),
+        ("scheduled_event.json", ScheduleEvent),
+    ],
+)
+def test_recorded_events_parse_into_their_models(name, model):
+    # GIVEN an event shape recorded from the AWS documentation
+    event = load(name)
+    # WHEN it is parsed
+    parsed = parse_monitor_event(event)
+    # THEN it is the detail-type's model, and the cluster id (not the name) ends the ARN
+    assert isinstance(parsed, model)
+    assert parsed.id == event["id"]
+    if model is not ScheduleEvent:
+        assert parsed.resources[0].rsplit("/", 1)[-1] == "lw12e0dn1hhd"
+
+
+# --------------------------------------------------------------------------- event handler
+
+
+def test_node_health_event_triages_stores_and_notifies_slack_and_email(monitor, live_demo, sink, lambda_context):
+    # GIVEN an HMA node-health event for a node of the demo EKS cluster
+    cluster = live_demo.eks
+    instance_id = cluster.nodes["gpu-workers"][0]
+    event = node_health_event(cluster, instance_id)
+
+    # WHEN the event handler runs
+    result = handlers.event_handler(event, lambda_context)
+
+    # THEN a scoped triage wrote NEW findings into the store
+    assert result["status"] == "processed" and result["node"] == instance_id
+    assert result["transitions"].get("NEW", 0) > 0
+    stored = monitor.store.open_findings(cluster.arn)
+    assert stored and len(stored) == result["transitions"]["NEW"]
+    assert len(monitor.store.sweeps(cluster.arn)) == 1
+
+    # WHEN the table's stream reaches the notifier
+    stream = monitor.stream_event()
+    response = handlers.stream_notifier(stream, lambda_context)
+
+    # THEN every delivery reached Slack and SNS, and nothing failed
+    assert response == {"batchItemFailures": []}
+    emails = monitor.emails()
+    assert sink.received and len(emails) == len(sink.received)
+    assert not sink.rejected
+    assert all(e["Subject"] and e["Message"] for e in emails)
+    text = json.dumps(sink.received)
+    assert SECRET not in text and sink.url not in text
+
+
+def test_duplicate_event_id_is_processed_once(monitor, live_demo, lambda_context, monkeypatch):
+    # GIVEN the same event delivered twice (SageMaker may send one change more than once)
+    calls = []
+    real = handlers.run_triage
+    monkeypatch.setattr(handlers, "run_triage", lambda req, clients: calls.append(req) or real(req, clients))
+    cluster = live_demo.eks
+    event = node_health_event(cluster, cluster.nodes["gpu-workers"][1])
+
+    # WHEN the handler receives both
+    first = handlers.event_handler(event, lambda_context)
+    second = handlers.event_handler(copy.deepcopy(event), lambda_context)
+
+    # THEN the triage ran once and the second call returned the first one's result
+    assert len(calls) == 1
+    assert second == first
+    assert len(monitor.store.sweeps(cluster.arn)) == 1
+
+    # AND a new event id for the same node is a new triage
+    handlers.event_handler(node_health_event(cluster, cluster.nodes["gpu-workers"][1], "another-id"), lambda_context)
+    assert len(calls) == 2
+
+
+def test_malformed_event_is_logged_and_rejected_without_raising(monitor, lambda_context, caplog):
+    # GIVEN a node-health event without its InstanceId
+    event = load("hyperpod_node_health_event.json")
+    del event["detail"]["InstanceId"]
+
+    # WHEN the handler receives it
+    result = handlers.event_handler(event, lambda_context)
+
+    # THEN it returns a failure naming the field, logs a clear error, and stored nothing
+    assert result["status"] == "rejected"
+    assert any(e["at"].endswith("InstanceId") for e in result["errors"])
+    [error] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert error.getMessage().startswith("event rejected") and "InstanceId" in json.dumps(error.errors)
+    assert monitor.store.open_findings(ARN) == {}
+
+
+def test_something_that_is_not_an_event_is_rejected(monitor, lambda_context):
+    assert handlers.event_handler({"hello": "world"}, lambda_context)["status"] == "rejected"
+
+
+def test_info_level_cluster_event_is_ignored(monitor, lambda_context, monkeypatch):
+    # GIVEN an Info-level cluster event
+    monkeypatch.setattr(handlers, "run_triage", lambda *a: pytest.fail("no triage for Info events"))
+    event = load("hyperpod_cluster_event.json")
+    event["detail"]["EventDetails"]["EventLevel"] = "Info"
+    # WHEN / THEN it is ignored with a log line
+    assert handlers.event_handler(event, lambda_context) == {"status": "ignored", "event_id": event["id"]}
+
+
+def test_missing_configuration_fails_loudly(monitor, lambda_context, monkeypatch):
+    monkeypatch.delenv("FINDINGS_TABLE")
+    env_module.clear_env_cache()
+    with pytest.raises(Exception, match="FINDINGS_TABLE"):
+        handlers.event_handler(load("hyperpod_node_health_event.json"), lambda_context)
+
+
+# --------------------------------------------------------------------------- stream notifier
+
+
+def test_slack_down_fails_only_that_record_and_email_is_still_sent(monitor, sink, lambda_context):
+    # GIVEN two NEW findings on two nodes, and Slack failing the first request
+    seed_findings(monitor.store, [finding("gpu.xid", node(1)), finding("gpu.ecc", node(2))], {"gpu.xid", "gpu.ecc"})
+    stream = monitor.stream_event()
+    sink.fail_next(1, status=500)
+
+    # WHEN the notifier handles the batch
+    response = handlers.stream_notifier(stream, lambda_context)
+
+    # THEN only the first finding's record is reported as failed, and both emails went out
+    finding_records = [r for r in stream["Records"] if r["dynamodb"]["Keys"]["sk"]["S"].startswith("FINDING#")]
+    assert len(finding_records) == 2
+    failed = [f["itemIdentifier"] for f in response["batchItemFailures"]]
+    assert failed == [finding_records[0]["dynamodb"]["SequenceNumber"]]
+    assert len(monitor.emails()) == 2
+    assert len(sink.received) == 1
+
+
+def test_heartbeats_history_and_sweep_records_notify_nobody(monitor, sink, lambda_context):
+    # GIVEN one NEW finding already notified
+    seed_findings(monitor.store, [finding("gpu.xid", node(1))], {"gpu.xid"})
+    handlers.stream_notifier(monitor.stream_event(), lambda_context)
+    monitor.emails()
+    sink.received.clear()
+    # WHEN the same finding is seen again after the heartbeat interval (an UNCHANGED write)
+    stored = monitor.store.open_findings(ARN)
+    report_again = [finding("gpu.xid", node(1))]
+    later = datetime.now(UTC) + timedelta(hours=2)
+    report = TriageReport(
+        tool_version="0",
+        generated_at=later.isoformat(),
+        cluster=ClusterRef(name="sample-cluster", arn=ARN, region=scenarios.REGION),
+        findings=report_again,
+        coverage=Coverage(checks=[CheckCoverage(check="gpu.xid", status=CheckStatus.RAN)]),
+        exit_code=1,
+    )
+    plan = plan_sweep(stored, report, later)
+    assert len(plan.unchanged) == 1
+    monitor.store.apply(plan, later)
+    response = handlers.stream_notifier(monitor.stream_event(), lambda_context)
+    # THEN nothing is sent
+    assert response == {"batchItemFailures": []}
+    assert sink.received == [] and monitor.emails() == []
+
+
+def test_many_new_findings_of_one_cluster_become_one_digest(monitor, sink, lambda_context):
+    # GIVEN 12 NEW findings of 12 different checks in one cluster (more than the threshold of 10)
+    checks = [f"test.check_{i}" for i in range(12)]
+    seed_findings(monitor.store, [finding(c, node(i), f"problem {c}") for i, c in enumerate(checks)], set(checks))
+
+    # WHEN the notifier handles the batch
+    response = handlers.stream_notifier(monitor.stream_event(), lambda_context)
+
+    # THEN one digest went to Slack and one to email
+    assert response == {"batchItemFailures": []}
+    [message] = sink.received
+    assert "12 findings opened in one sweep" in message["blocks"][0]["text"]["text"]
+    [email] = monitor.emails()
+    assert "12 findings opened" in email["Subject"]
+
+
+def test_many_nodes_failing_one_check_become_one_breaker_alert(monitor, sink, lambda_context):
+    # GIVEN 6 nodes failing the same check, and one unrelated finding
+    findings = [finding("gpu.xid", node(i)) for i in range(6)] + [finding("disk.root_full", node(9), "root full")]
+    seed_findings(monitor.store, findings, {"gpu.xid", "disk.root_full"})
+
+    # WHEN the notifier handles the batch
+    response = handlers.stream_notifier(monitor.stream_event(), lambda_context)
+
+    # THEN one cluster-level breaker alert replaces the six node alerts; the other finding is its own message
+    assert response == {"batchItemFailures": []}
+    headers = [m["blocks"][0]["text"]["text"] for m in sink.received]
+    assert len(headers) == 2
+    assert any("6 nodes fail gpu.xid at once" in h for h in headers)
+    subjects = [e["Subject"] for e in monitor.emails()]
+    assert len(subjects) == 2 and any("6 nodes fail gpu.xid" in s for s in subjects)
+    breaker_text = json.dumps([m for m in sink.received if "at once" in json.dumps(m)])
+    assert "replace-node" not in breaker_text.lower()
+
+
+def test_a_failed_breaker_delivery_fails_every_record_it_covers(monitor, sink, lambda_context):
+    findings = [finding("gpu.xid", node(i)) for i in range(5)]
+    seed_findings(monitor.store, findings, {"gpu.xid"})
+    sink.down()
+    response = handlers.stream_notifier(monitor.stream_event(), lambda_context)
+    assert len(response["batchItemFailures"]) == 5
+    [email] = monitor.emails()
+    assert "5 nodes fail gpu.xid" in email["Subject"]
+
+
+# --------------------------------------------------------------------------- scheduled sweep
+
+
+def sweep_input(cluster) -> dict:
+    """What the state machine's Map state hands one worker (see infra/constructs/sweep.py)."""
+    return {"cluster_name": cluster.name, "cluster_arn": cluster.arn, "sweep_id": "sweep-2026-11-30T10-00"}
+
+
+def test_sweep_stores_new_findings_then_a_repeat_sweep_changes_nothing(monitor, live_demo, lambda_context):
+    # GIVEN the demo EKS cluster and an empty store
+    cluster = live_demo.eks
+
+    # WHEN the sweep worker runs twice for it
+    first = handlers.sweep_cluster(sweep_input(cluster), lambda_context)
+    second = handlers.sweep_cluster(sweep_input(cluster), lambda_context)
+
+    # THEN the first sweep opened findings and the second only confirmed them
+    assert first["status"] == "processed" and first["cluster"] == cluster.name
+    assert first["transitions"].get("NEW", 0) > 0
+    assert len(monitor.store.open_findings(cluster.arn)) == first["transitions"]["NEW"]
+    assert second["status"] == "processed"
+    assert not second["transitions"].get("NEW") and not second["transitions"].get("RESOLVED")
+    assert len(monitor.store.sweeps(cluster.arn)) == 2
+
+
+def test_sweep_skips_a_cluster_outside_the_allowlist(monitor, live_demo, lambda_context, monkeypatch):
+    monkeypatch.setenv("CLUSTER_ALLOWLIST", "some-other-cluster")
+    env_module.clear_env_cache()
+
+    result = handlers.sweep_cluster(sweep_input(live_demo.eks), lambda_context)
+
+    assert result["status"] == "skipped"
+    assert monitor.store.open_findings(live_demo.eks.arn) == {}
+
+
+def test_sweep_input_without_a_cluster_is_rejected(monitor, lambda_context):
+    result = handlers.sweep_cluster({"sweep_id": "x"}, lambda_context)
+    assert result["status"] == "rejected"
+
+
+def test_sweep_of_a_missing_cluster_reports_the_error_and_writes_nothing(monitor, lambda_context):
+    missing = "arn:aws:sagemaker:us-west-2:111122223333:cluster/doesnotexist"
+    result = handlers.sweep_cluster({"cluster_name": "gone", "cluster_arn": missing}, lambda_context)
+    assert result["status"] == "error" and result["error"]
+    assert monitor.store.open_findings(missing) == {}
