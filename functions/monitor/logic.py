@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from hyperpod_debugger.model import Finding, SuggestedCommand, TriageReport
+from hyperpod_debugger.model import TriageReport
 from hyperpod_debugger.notify import Notice, breaker, breaker_email, digest, digest_email, email_text, slack_message
+from hyperpod_debugger.notify.stored import cluster_label, notice_of, region_of, to_finding  # noqa: F401  (re-exported)
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.store_logic import (
     NOTIFYING,
@@ -24,7 +25,6 @@ from hyperpod_debugger.store_logic import (
     SweepPlan,
     Transition,
     TransitionKind,
-    parse_iso,
     plan_sweep,
 )
 from hyperpod_debugger.triage import TriageRequest
@@ -131,44 +131,8 @@ def change_of(
     return StreamChange(record_id=record_id, kind=kind, at=str(at), finding=from_item(new))
 
 
-def cluster_label(cluster_arn: str) -> str:
-    """The cluster as shown to people: the store keeps the ARN, whose last part is the cluster id."""
-    return cluster_arn.rsplit("/", 1)[-1] if cluster_arn.startswith("arn:") else cluster_arn
-
-
-def region_of(cluster_arn: str, default: str) -> str:
-    parts = cluster_arn.split(":")
-    return parts[3] if len(parts) > 3 and parts[3] else default
-
-
-def to_finding(stored: StoredFinding) -> Finding:
-    return Finding(
-        tag=stored.tag,
-        priority=stored.priority,
-        check=stored.check,
-        section=stored.section,
-        message=stored.message or stored.check,
-        cluster_arn=stored.cluster_arn,
-        cluster_name=cluster_label(stored.cluster_arn),
-        instance_id=stored.instance_id,
-        evidence=list(stored.evidence),
-        suggested_commands=[SuggestedCommand.model_validate(c) for c in stored.suggested_commands],
-    )
-
-
 def to_notice(change: StreamChange, region: str) -> Notice:
-    f = change.finding
-    at = parse_iso(change.at)
-    return Notice(
-        transition=change.kind.value,  # type: ignore[arg-type]  # NOTIFYING kinds only
-        finding=to_finding(f),
-        first_seen=parse_iso(f.first_seen),
-        last_seen=parse_iso(f.last_seen),
-        count=f.count,
-        cluster_name=cluster_label(f.cluster_arn),
-        region=region_of(f.cluster_arn, region),
-        resolved_at=at if change.kind is TransitionKind.RESOLVED else None,
-    )
+    return notice_of(change.kind, change.at, change.finding, region)
 
 
 @dataclass

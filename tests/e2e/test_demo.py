@@ -104,3 +104,20 @@ def test_the_demo_shows_orchestrator_findings(demo_output):
     assert "identified by scontrol ping" in slurm
     assert re.search(r"^\[FAIL\] P1 Slurm node ip-\S+ .* → references/node-diagnostics-detail\.md § H$", slurm, re.M)
     assert "state=resume" in slurm and "blast radius:" in slurm
+
+
+def test_the_demo_walks_the_monitor_path_from_event_to_resolution(demo_output):
+    monitor = demo_output[demo_output.index("MONITOR:") :]
+    # the event-driven path: a node-health event, a scoped triage, NEW findings in the store
+    assert '"detail-type": "SageMaker HyperPod Cluster Node Health Event"' in monitor
+    assert re.search(r"Triage scoped to i-[0-9a-f]+ .* NEW ×\d+", monitor)
+    # the Slack rendering and the email rendering of the most urgent finding, with its runbook section
+    assert re.search(r"Slack \(Block Kit, as displayed\):\n  │ 🔴 New P0: ", monitor)
+    assert re.search(r"Email \(SNS\) — Subject: \[HyperPod P0\] New: ", monitor)
+    assert "references/node-diagnostics-detail.md § " in monitor
+    # the operator fixes a problem with the suggested command; the sweep resolves exactly that finding
+    assert "The operator runs the suggested command themselves (this tool never does): aws ec2 modify-vpc-attribute" in monitor
+    assert re.search(r"scheduled sweep .*RESOLVED ×1\.", monitor)
+    assert "✅ Resolved: enableDnsHostnames is disabled" in monitor
+    assert "Subject: [HyperPod] Resolved: " in monitor
+    assert re.search(r"Findings history for the cluster \(DynamoDB\): OPEN ×\d+, RESOLVED ×1", monitor)

@@ -5,24 +5,31 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.model import TriageReport
-from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.render import render_text
 from hyperpod_debugger.sim.fake_k8s import FakeKubernetes
 from hyperpod_debugger.sim.fake_ssm import FakeSsm
-from hyperpod_debugger.sim.scenarios import EKS_CLUSTER, REGION, register_kubernetes, register_probe_nodes, seed_demo
+from hyperpod_debugger.sim.monitor_demo import DEMO_PROBE, monitor_walkthrough
+from hyperpod_debugger.sim.scenarios import (
+    EKS_CLUSTER,
+    REGION,
+    Demo,
+    register_kubernetes,
+    register_probe_nodes,
+    seed_demo,
+)
 from hyperpod_debugger.sim.server import simulated_aws
 from hyperpod_debugger.triage import TriageRequest, run_triage
 
-#: The demo probes at the fake service's pace, not at the 3/s a real account allows.
-DEMO_PROBE = ProbeOptions(rate=20.0, timeout=30.0)
 
-
-def demo_reports(now: datetime | None = None, *, probe: bool = True) -> list[TriageReport]:
-    now = now or datetime.now(UTC)
+@contextmanager
+def _simulated_account(now: datetime) -> Iterator[tuple[AwsClients, Demo]]:
+    """The demo account: moto in-process, a fake Session Manager agent per node, a fake Kubernetes API."""
     with (
         simulated_aws(),
         FakeSsm(start_session_rate=DEMO_PROBE.rate) as ssm,
@@ -31,13 +38,11 @@ def demo_reports(now: datetime | None = None, *, probe: bool = True) -> list[Tri
         saved = os.environ.get("AWS_ENDPOINT_URL_SSM")
         os.environ["AWS_ENDPOINT_URL_SSM"] = ssm.endpoint_url  # SSM to the fake agent, the rest to moto
         try:
-            demo = seed_demo(AwsClients(REGION, max_attempts=2), now)
+            clients = AwsClients(REGION, max_attempts=2)
+            demo = seed_demo(clients, now)
             register_probe_nodes(ssm, demo, now)
             register_kubernetes(kubernetes, demo)
-            return [
-                run_triage(TriageRequest(cluster=c.name, region=REGION, now=now, probe=probe, probe_options=DEMO_PROBE))
-                for c in (demo.eks, demo.slurm)
-            ]
+            yield clients, demo
         finally:
             if saved is None:
                 os.environ.pop("AWS_ENDPOINT_URL_SSM", None)
@@ -45,15 +50,32 @@ def demo_reports(now: datetime | None = None, *, probe: bool = True) -> list[Tri
                 os.environ["AWS_ENDPOINT_URL_SSM"] = saved
 
 
+def _triage_both(demo: Demo, now: datetime, probe: bool) -> list[TriageReport]:
+    return [
+        run_triage(TriageRequest(cluster=c.name, region=REGION, now=now, probe=probe, probe_options=DEMO_PROBE))
+        for c in (demo.eks, demo.slurm)
+    ]
+
+
+def demo_reports(now: datetime | None = None, *, probe: bool = True) -> list[TriageReport]:
+    now = now or datetime.now(UTC)
+    with _simulated_account(now) as (_, demo):
+        return _triage_both(demo, now, probe)
+
+
 def run_demo(json_output: bool = False, colour: bool = False) -> int:
-    reports = demo_reports()
-    if json_output:
-        sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in reports], indent=2) + "\n")
-        return 0
+    now = datetime.now(UTC)
+    with _simulated_account(now) as (clients, demo):
+        reports = _triage_both(demo, now, probe=True)
+        if json_output:
+            sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in reports], indent=2) + "\n")
+            return 0
+        monitor = monitor_walkthrough(clients, demo, now)
     for index, report in enumerate(reports):
         if index:
             sys.stdout.write("\n" + "=" * 100 + "\n\n")
         sys.stdout.write(render_text(report, colour=colour))
+    sys.stdout.write("\n" + "=" * 100 + "\n\n" + monitor)
     sys.stdout.write(
         "\nThis was a simulated account (moto, in-process) with a fake Session Manager agent on each node.\n"
         "Run the same triage against a real cluster with:\n"

@@ -1,0 +1,49 @@
+"""From a stored finding (the findings table) back to what the renderers take: shared by the stream
+notifier Lambda and the demo, so both show exactly the same messages."""
+
+from __future__ import annotations
+
+from hyperpod_debugger.model import Finding, SuggestedCommand
+from hyperpod_debugger.notify.render import Notice
+from hyperpod_debugger.store_logic import NOTIFYING, StoredFinding, TransitionKind, parse_iso
+
+
+def cluster_label(cluster_arn: str) -> str:
+    """The cluster as shown to people: the store keeps the ARN, whose last part is the cluster id."""
+    return cluster_arn.rsplit("/", 1)[-1] if cluster_arn.startswith("arn:") else cluster_arn
+
+
+def region_of(cluster_arn: str, default: str) -> str:
+    parts = cluster_arn.split(":")
+    return parts[3] if len(parts) > 3 and parts[3] else default
+
+
+def to_finding(stored: StoredFinding) -> Finding:
+    return Finding(
+        tag=stored.tag,
+        priority=stored.priority,
+        check=stored.check,
+        section=stored.section,
+        message=stored.message or stored.check,
+        cluster_arn=stored.cluster_arn,
+        cluster_name=cluster_label(stored.cluster_arn),
+        instance_id=stored.instance_id,
+        evidence=list(stored.evidence),
+        suggested_commands=[SuggestedCommand.model_validate(c) for c in stored.suggested_commands],
+    )
+
+
+def notice_of(kind: TransitionKind, at: str, stored: StoredFinding, region: str) -> Notice:
+    """The notice for one notifying transition (NEW, ESCALATED, RESOLVED, REOPENED) of a stored finding."""
+    if kind not in NOTIFYING:
+        raise ValueError(f"{kind.value} transitions are not notified")
+    return Notice(
+        transition=kind.value,  # type: ignore[arg-type]  # NOTIFYING kinds only
+        finding=to_finding(stored),
+        first_seen=parse_iso(stored.first_seen),
+        last_seen=parse_iso(stored.last_seen),
+        count=stored.count,
+        cluster_name=cluster_label(stored.cluster_arn),
+        region=region_of(stored.cluster_arn, region),
+        resolved_at=parse_iso(at) if kind is TransitionKind.RESOLVED else None,
+    )
