@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/triage_bench.py --nodes 20000
 	$(BIN)/python bench/probe_bench.py --documents 20000
 	$(BIN)/python bench/ssm_bench.py --nodes 300 --rate 50 --delay 0.5
+	$(BIN)/python bench/monitor_bench.py --nodes 1000
 
 lint: $(STAMP)
 	$(BIN)/ruff check layers tests bench functions infra
