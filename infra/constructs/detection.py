@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
@@ -23,6 +25,17 @@ from infra.constants import (
 from infra.constructs.notifications import encrypted_dlq
 from infra.constructs.python_function import PythonFunction
 from infra.constructs.sweep import findings_write_statements
+
+#: A HyperPod cluster id, the last part of its ARN (botocore's ClusterArn pattern).
+CLUSTER_ID = re.compile(r"^[a-z0-9]{12}$")
+
+
+def split_allowlist(allowlist: list[str]) -> tuple[list[str], list[str]]:
+    """(cluster ARNs or ids, cluster names). Events carry the ARN (with the id, never the name) in
+    ``resources`` and the name in ``detail.ClusterName``; a rule can filter on one or the other."""
+    by_arn = [e for e in allowlist if e.startswith("arn:") or CLUSTER_ID.match(e)]
+    names = [e for e in allowlist if e not in by_arn]
+    return by_arn, names
 
 
 def cluster_resource_prefixes(stack: cdk.Stack, allowlist: list[str]) -> list[str]:
@@ -69,13 +82,28 @@ class Detection(Construct):
                 "CLUSTER_ALLOWLIST": ",".join(cluster_allowlist),
             },
         )
-        resources = self._resources_filter(cluster_allowlist)
+        by_arn, names = split_allowlist(cluster_allowlist)
+        if by_arn and names:
+            raise ValueError(
+                "clusterAllowlist mixes cluster names "
+                f"({', '.join(names)}) with cluster ids or ARNs ({', '.join(by_arn)}): an EventBridge rule "
+                "filters on one or the other, so give all names or all ids/ARNs"
+            )
+        resources = self._resources_filter(by_arn)
+        named = {"ClusterName": names} if names else {}
         self.rules = {
             DETAIL_TYPE_CLUSTER_EVENT: self._build_rule(
-                "ClusterEventRule", DETAIL_TYPE_CLUSTER_EVENT, resources, {"EventLevel": list(CLUSTER_EVENT_LEVELS)}
+                "ClusterEventRule",
+                DETAIL_TYPE_CLUSTER_EVENT,
+                resources,
+                {"EventLevel": list(CLUSTER_EVENT_LEVELS), **named},
             ),
-            DETAIL_TYPE_STATE_CHANGE: self._build_rule("StateChangeRule", DETAIL_TYPE_STATE_CHANGE, resources),
-            DETAIL_TYPE_NODE_HEALTH: self._build_rule("NodeHealthRule", DETAIL_TYPE_NODE_HEALTH, resources),
+            DETAIL_TYPE_STATE_CHANGE: self._build_rule(
+                "StateChangeRule", DETAIL_TYPE_STATE_CHANGE, resources, named or None
+            ),
+            DETAIL_TYPE_NODE_HEALTH: self._build_rule(
+                "NodeHealthRule", DETAIL_TYPE_NODE_HEALTH, resources, named or None
+            ),
         }
         self.schedule = events.Rule(
             self,

@@ -376,7 +376,7 @@ def customized(tmp_path_factory):
         tmp_path_factory,
         startSessionRate=7,
         sweepSchedule="rate(1 hour)",
-        clusterAllowlist="abc123def,arn:aws:sagemaker:us-east-1:111122223333:cluster/zz9",
+        clusterAllowlist="abc123def456,arn:aws:sagemaker:us-east-1:111122223333:cluster/zz9yy8xx7ww6",
         alertEmails=["ops@example.com", "oncall@example.com"],
         slackSecretName="team/slack",
     )
@@ -391,11 +391,27 @@ def test_context_drives_concurrency_schedule_allowlist_and_subscriptions(customi
     for rule in rules:
         resources = rule["Properties"]["EventPattern"]["resources"]
         assert len(resources) == 2
-        assert resources[1] == {"prefix": "arn:aws:sagemaker:us-east-1:111122223333:cluster/zz9"}
+        assert resources[1] == {"prefix": "arn:aws:sagemaker:us-east-1:111122223333:cluster/zz9yy8xx7ww6"}
         assert "prefix" in resources[0]
-        assert "cluster/abc123def" in json.dumps(resources[0])
+        assert "cluster/abc123def456" in json.dumps(resources[0])
     customized.resource_count_is("AWS::SNS::Subscription", 2)
     customized.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"})
+
+
+def test_an_allowlist_of_names_filters_on_the_events_cluster_name(tmp_path_factory):
+    # events carry the cluster id in `resources`, never the name: names must filter detail.ClusterName
+    _, template, _ = synth(tmp_path_factory, clusterAllowlist="ml-eks-prod,ml-slurm-train")
+    rules = [r for r in template.find_resources("AWS::Events::Rule").values() if "EventPattern" in r["Properties"]]
+    assert len(rules) == 3
+    for rule in rules:
+        pattern = rule["Properties"]["EventPattern"]
+        assert "resources" not in pattern
+        assert pattern["detail"]["ClusterName"] == ["ml-eks-prod", "ml-slurm-train"]
+
+
+def test_an_allowlist_mixing_names_and_ids_is_rejected_with_the_reason(tmp_path_factory):
+    with pytest.raises(ValueError, match="mixes cluster names"):
+        synth(tmp_path_factory, clusterAllowlist="ml-eks-prod,abc123def456")
 
 
 def test_invalid_start_session_rate_is_rejected(tmp_path_factory):
