@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -28,7 +29,7 @@ from functions.shared.observability import logger, metrics, tracer
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, from_item, plain
 from hyperpod_debugger.probe.runner import ProbeOptions
-from hyperpod_debugger.store_logic import plan_sweep
+from hyperpod_debugger.store_logic import Transition, plan_sweep
 from hyperpod_debugger.triage import TriageRequest, run_triage
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -50,6 +51,11 @@ def with_env(getter: Callable[[], Any]) -> Callable[[F], F]:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _kinds(transitions: list[Transition]) -> dict[str, int]:
+    """Transitions counted by kind, for the log line and the response."""
+    return dict(Counter(t.kind.value for t in transitions))
 
 
 # --------------------------------------------------------------------------- event handler
@@ -88,9 +94,7 @@ def _run_signal(event: dict[str, Any], signal: logic.ClusterSignal, env: Monitor
         probe=env.PROBE_ENABLED,
         probe_timeout=env.PROBE_TIMEOUT_S,
     )
-    kinds: dict[str, int] = {}
-    for t in transitions:
-        kinds[t.kind.value] = kinds.get(t.kind.value, 0) + 1
+    kinds = _kinds(transitions)
     notifying = sum(1 for t in transitions if t.notify)
     metrics.add_metric(name="FindingTransitions", unit=MetricUnit.Count, value=notifying)
     logger.info("triage applied", cluster_arn=signal.cluster_arn, node=signal.node, transitions=kinds)
@@ -176,9 +180,7 @@ def sweep_cluster(event: dict[str, Any], context: LambdaContext) -> dict[str, An
         return {"status": "error", "cluster": cluster_name or cluster_arn, "error": report.error.message}
     store = FindingStore(clients, env.FINDINGS_TABLE)
     transitions = store.apply(plan_sweep(store.open_findings(report.cluster.arn or cluster_arn), report, now), now)
-    kinds: dict[str, int] = {}
-    for t in transitions:
-        kinds[t.kind.value] = kinds.get(t.kind.value, 0) + 1
+    kinds = _kinds(transitions)
     metrics.add_metric(name="SweepTransitions", unit=MetricUnit.Count, value=len(transitions))
     logger.info("sweep applied", cluster=report.cluster.name, transitions=kinds, summary=report.summary.model_dump())
     return {"status": "processed", "cluster": report.cluster.name, "transitions": kinds}

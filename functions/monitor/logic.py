@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 
 from hyperpod_debugger.model import TriageReport
 from hyperpod_debugger.notify import Notice, breaker, breaker_email, digest, digest_email, email_text, slack_message
-from hyperpod_debugger.notify.stored import cluster_label, notice_of, region_of, to_finding  # noqa: F401  (re-exported)
+from hyperpod_debugger.notify.stored import notice_of
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.store_logic import (
     NOTIFYING,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hyperpod_debugger.notify.stored import cluster_label, region_of
+from hyperpod_debugger.notify.stored import cluster_label, notice_of, region_of
 from hyperpod_debugger.store_logic import TransitionKind
 
 
@@ -14,13 +14,11 @@ def test_cluster_label_is_the_id_of_an_arn_and_anything_else_unchanged():
 
 
 def test_region_comes_from_the_arn_or_the_default():
-    assert region_of("arn:aws:sagemaker:eu-north-1:111122223333:cluster/x", "us-west-2") == "eu-north-1"
+    assert region_of("arn:aws:sagemaker:eu-north-1:111122223333:cluster/lw12e0dn1hhd", "us-west-2") == "eu-north-1"
     assert region_of("ml-eks-prod", "us-west-2") == "us-west-2"
 
 
 @pytest.mark.parametrize("kind", [TransitionKind.UNCHANGED, TransitionKind.ACKNOWLEDGED])
 def test_a_transition_nobody_is_told_about_has_no_notice(kind):
-    from hyperpod_debugger.notify.stored import notice_of
-
     with pytest.raises(ValueError, match="not notified"):
         notice_of(kind, "2026-11-30T10:00:00+00:00", None, "us-west-2")  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hyperpod_debugger.model import Finding, SuggestedCommand
 from hyperpod_debugger.notify.render import Notice
 from hyperpod_debugger.store_logic import NOTIFYING, StoredFinding, TransitionKind, parse_iso
+from hyperpod_debugger.validate import region_of_arn
 
 
 def cluster_label(cluster_arn: str) -> str:
@@ -14,8 +15,7 @@ def cluster_label(cluster_arn: str) -> str:
 
 
 def region_of(cluster_arn: str, default: str) -> str:
-    parts = cluster_arn.split(":")
-    return parts[3] if len(parts) > 3 and parts[3] else default
+    return region_of_arn(cluster_arn) or default
 
 
 def to_finding(stored: StoredFinding) -> Finding:
