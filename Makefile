@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/hyperpod-debugger demo
+	$(BIN)/python -m hyperpod_debugger.cli demo
 
 test: $(STAMP)
 	$(BIN)/ruff check layers tests bench functions infra
@@ -48,20 +48,25 @@ iam-policy: $(STAMP)
 
 # The Lambda layer, built offline without Docker: the core package plus its runtime dependencies as
 # cp312 / manylinux2014_aarch64 wheels (the functions run on ARM64), into build/layer/python.
-LAYER_DIR := build/layer
+LAYER_DIR   := build/layer
+LAYER_STAMP := $(LAYER_DIR)/.built
+# The layer is rebuilt whenever the core package or the project's dependencies change.
+LAYER_SRC   := pyproject.toml $(shell find layers/hyperpod_debugger -type f \( -name '*.py' -o -name '*.sh' \) 2>/dev/null)
+
 layer: $(STAMP)
 	rm -rf $(LAYER_DIR) build/wheel
 	$(BIN)/python -m pip wheel --quiet --no-deps -w build/wheel .
 	$(BIN)/python -m pip install --quiet --no-compile --platform manylinux2014_aarch64 --implementation cp \
 		--python-version 3.12 --only-binary=:all: -t $(LAYER_DIR)/python \
 		"$$(ls build/wheel/hyperpod_debugger-*.whl)[lambda]"
+	touch $(LAYER_STAMP)
+
+$(LAYER_STAMP): $(LAYER_SRC) | $(STAMP)
+	$(MAKE) layer
 
 # Synthesize the CDK app into cdk.out without the CDK CLI, Docker or AWS credentials.
-synth: $(STAMP) $(LAYER_DIR)/python
+synth: $(STAMP) $(LAYER_STAMP)
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 CDK_OUTDIR=cdk.out $(BIN)/python -m infra.app
-
-$(LAYER_DIR)/python:
-	$(MAKE) layer
 
 clean:
 	rm -rf $(VENV) build *.egg-info layers/*.egg-info .pytest_cache

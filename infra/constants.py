@@ -14,7 +14,9 @@ METRICS_NAMESPACE = "HyperPodDebugger"
 # Lambda handlers, referenced by string only (the code lives in functions/, built separately).
 EVENT_HANDLER = "functions.monitor.handlers.event_handler"
 SWEEP_HANDLER = "functions.monitor.handlers.sweep_cluster"
+PROBE_BATCH_HANDLER = "functions.monitor.handlers.probe_batch"
 STREAM_NOTIFIER_HANDLER = "functions.monitor.handlers.stream_notifier"
+LOG_SUBSCRIPTION_HANDLER = "functions.monitor.handlers.log_subscription"
 
 # EventBridge: HyperPod publishes under aws.sagemaker with these detail-types.
 EVENT_SOURCE = "aws.sagemaker"
@@ -26,6 +28,8 @@ CLUSTER_EVENT_LEVELS = ("Warn", "Error")
 # Context keys (cdk.json / -c key=value) and their defaults.
 CTX_SCHEDULE = "sweepSchedule"
 CTX_START_SESSION_RATE = "startSessionRate"
+CTX_CLUSTER_CONCURRENCY = "sweepClusterConcurrency"
+CTX_PROBE_PERIOD_HOURS = "probePeriodHours"
 CTX_CLUSTER_ALLOWLIST = "clusterAllowlist"
 CTX_ALERT_EMAILS = "alertEmails"
 CTX_SLACK_SECRET_NAME = "slackSecretName"
@@ -33,12 +37,18 @@ CTX_LAYER_DIR = "layerAssetPath"
 CTX_LOG_RETENTION_DAYS = "logRetentionDays"
 CTX_FINDINGS_TTL_DAYS = "findingsTtlDays"
 CTX_RUNBOOK_BASE_URL = "runbookBaseUrl"
+CTX_CLUSTER_LOG_GROUPS = "clusterLogGroups"
+CTX_HMA_FILTER_PATTERN = "hmaFilterPattern"
 
 DEFAULT_SCHEDULE = "rate(15 minutes)"
 DEFAULT_START_SESSION_RATE = 3
+DEFAULT_CLUSTER_CONCURRENCY = 3
+DEFAULT_PROBE_PERIOD_HOURS = 24
 DEFAULT_SLACK_SECRET_NAME = "hyperpod-debugger/slack-webhook"
 DEFAULT_LOG_RETENTION_DAYS = 30
 DEFAULT_FINDINGS_TTL_DAYS = 90
+#: The marker every HMA detection record carries (see hyperpod_debugger.checks.logs.HMA_MARKER).
+DEFAULT_HMA_FILTER_PATTERN = "HealthMonitoringAgentDetectionEvent"
 
 # Findings table schema.
 TABLE_PK = "pk"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 
 import aws_cdk as cdk
 from aws_cdk import aws_lambda as lambda_
@@ -14,8 +15,9 @@ from constructs import Construct
 from infra import constants as c
 from infra.constructs.detection import Detection
 from infra.constructs.findings import FindingsStore
+from infra.constructs.hma_subscription import HmaSubscription, cluster_log_groups
 from infra.constructs.notifications import Notifications
-from infra.constructs.sweep import Sweep
+from infra.constructs.sweep import Sweep, SweepBudget
 
 
 def _context_list(scope: Construct, key: str) -> list[str]:
@@ -37,6 +39,23 @@ def _context_value(scope: Construct, key: str, default):
     return default if value in (None, "") else value
 
 
+_RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
+
+
+def schedule_interval(expression: str) -> cdk.Duration:
+    """The time between sweeps, from a ``rate(...)`` expression (the rotation needs it to plan coverage)."""
+    match = _RATE.match(expression.strip())
+    if not match:
+        raise ValueError(
+            f"{c.CTX_SCHEDULE} must be a rate expression such as 'rate(15 minutes)' (the probe rotation plans "
+            f"from the interval), got {expression!r}"
+        )
+    count, unit = int(match.group(1)), match.group(2).rstrip("s")
+    if count < 1:
+        raise ValueError(f"{c.CTX_SCHEDULE} needs a positive interval, got {expression!r}")
+    return {"minute": cdk.Duration.minutes, "hour": cdk.Duration.hours, "day": cdk.Duration.days}[unit](count)
+
+
 _RETENTION = {
     7: logs.RetentionDays.ONE_WEEK,
     14: logs.RetentionDays.TWO_WEEKS,
@@ -54,7 +73,8 @@ def _retention(days: int) -> logs.RetentionDays:
 
 
 class HyperPodDebuggerStack(cdk.Stack):
-    """Exposes `findings`, `notifications`, `sweep` and `detection` (and their children) for tests."""
+    """Exposes `findings`, `notifications`, `sweep`, `detection` and `hma_subscription` (None without
+    `clusterLogGroups`), and their children, for tests."""
 
     def __init__(self, scope: Construct, construct_id: str, **kwargs) -> None:
         super().__init__(scope, construct_id, description="Read-only health monitor for SageMaker HyperPod", **kwargs)
@@ -76,13 +96,22 @@ class HyperPodDebuggerStack(cdk.Stack):
             slack_secret_name=str(_context_value(self, c.CTX_SLACK_SECRET_NAME, c.DEFAULT_SLACK_SECRET_NAME)),
             runbook_base_url=str(_context_value(self, c.CTX_RUNBOOK_BASE_URL, "")),
         )
+        schedule = str(_context_value(self, c.CTX_SCHEDULE, c.DEFAULT_SCHEDULE))
+        period_hours = float(_context_value(self, c.CTX_PROBE_PERIOD_HOURS, c.DEFAULT_PROBE_PERIOD_HOURS))
+        if period_hours <= 0:
+            raise ValueError(f"{c.CTX_PROBE_PERIOD_HOURS} must be > 0, got {period_hours}")
         self.sweep = Sweep(
             self,
             "Sweep",
             table=self.findings.table,
             idempotency_table=self.findings.idempotency_table,
             layer=self.layer,
-            max_concurrency=self.start_session_rate,
+            budget=SweepBudget.derive(
+                self.start_session_rate,
+                int(_context_value(self, c.CTX_CLUSTER_CONCURRENCY, c.DEFAULT_CLUSTER_CONCURRENCY)),
+            ),
+            interval=schedule_interval(schedule),
+            probe_period=cdk.Duration.minutes(round(period_hours * 60)),
             cluster_allowlist=allowlist,
             log_retention=retention,
         )
@@ -93,12 +122,34 @@ class HyperPodDebuggerStack(cdk.Stack):
             idempotency_table=self.findings.idempotency_table,
             layer=self.layer,
             state_machine=self.sweep.state_machine,
-            schedule_expression=str(_context_value(self, c.CTX_SCHEDULE, c.DEFAULT_SCHEDULE)),
+            schedule_expression=schedule,
             cluster_allowlist=allowlist,
             log_retention=retention,
         )
+        self.hma_subscription = self._build_hma_subscription(allowlist, retention)
         self._build_outputs()
         self._add_security_checks()
+
+    def _build_hma_subscription(self, allowlist: list[str], retention: logs.RetentionDays) -> HmaSubscription | None:
+        """A subscription filter per listed cluster log group (at most 2 filters per group in CloudWatch Logs)."""
+        log_groups = cluster_log_groups(_context_list(self, c.CTX_CLUSTER_LOG_GROUPS), allowlist)
+        if not log_groups:
+            return None
+        # Default: the literal term every HMA detection record carries, so only detections wake the
+        # Lambda; the agent's other lines and the lifecycle-script streams of the same group are not
+        # delivered (and not paid for). A pattern matches message text, not stream names.
+        pattern = str(_context_value(self, c.CTX_HMA_FILTER_PATTERN, c.DEFAULT_HMA_FILTER_PATTERN))
+        return HmaSubscription(
+            self,
+            "HmaSubscription",
+            log_groups=log_groups,
+            filter_pattern=pattern,
+            table=self.findings.table,
+            idempotency_table=self.findings.idempotency_table,
+            layer=self.layer,
+            cluster_allowlist=allowlist,
+            log_retention=retention,
+        )
 
     def _build_layer(self) -> lambda_.LayerVersion:
         """Dependencies + the core package, built offline by `make layer` into build/layer/python."""
@@ -140,7 +191,11 @@ ACKNOWLEDGEMENTS: dict[str, str] = {
     ),
     "AwsSolutions-IAM5[Resource::<SweepSweepClusterFunctionD44345D0.Arn>:*]": (
         "Generated by the Step Functions LambdaInvoke task so the state machine can invoke versions and aliases "
-        "of the one sweep function; it grants lambda:InvokeFunction on that function only."
+        "of the sweep's cluster-step function; it grants lambda:InvokeFunction on that function only."
+    ),
+    "AwsSolutions-IAM5[Resource::<SweepProbeBatchFunctionD7926F6B.Arn>:*]": (
+        "Generated by the Step Functions LambdaInvoke task so the state machine can invoke versions and aliases "
+        "of the sweep's probe-batch function; it grants lambda:InvokeFunction on that function only."
     ),
     "AwsSolutions-SQS3": (
         "Both queues are dead-letter queues themselves (the EventBridge targets' DLQ and the stream event "

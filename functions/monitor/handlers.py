@@ -2,6 +2,12 @@
 
 * :func:`event_handler`: EventBridge (the three HyperPod detail-types) → a scoped triage into the
   findings store. Idempotent on the EventBridge event ``id`` (SageMaker may send one change twice).
+* :func:`log_subscription`: a CloudWatch Logs subscription on a cluster's log group → one scoped triage
+  per node with HMA detection records (Slurm clusters report most detections only there). Idempotent on
+  a hash of the log group, stream and log event ids.
+* :func:`sweep_cluster` / :func:`probe_batch`: the scheduled sweep's two steps (the state machine maps
+  the first over clusters and the second over each cluster's probe batches): cluster checks and the
+  rotation plan, then the probes of one batch. Every Running node is probed at least once a period.
 * :func:`stream_notifier`: the findings table's DynamoDB stream → Slack and SNS email, on transitions
   only, with a partial batch response so one failed delivery fails only its own records.
 """
@@ -11,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -21,16 +27,29 @@ from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idemp
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
-from functions.monitor import logic
+from functions.monitor import hma_logs, logic
 from functions.monitor.adapters import AwsChannels, idempotency_store
-from functions.shared.env import MonitorEnv, monitor_env, notifier_env, sweep_env
-from functions.shared.events import ClusterEvent, ClusterStateChange, NodeHealthEvent, parse_hyperpod_event
+from functions.shared.env import MonitorEnv, SweepEnv, monitor_env, notifier_env, sweep_env
+from functions.shared.events import (
+    ClusterEvent,
+    ClusterStateChange,
+    NodeHealthEvent,
+    ProbeBatch,
+    parse_hyperpod_event,
+)
 from functions.shared.observability import logger, metrics, tracer
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, from_item, plain
 from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.rotation import node_of
 from hyperpod_debugger.store_logic import Transition, plan_sweep
-from hyperpod_debugger.triage import TriageRequest, run_triage
+from hyperpod_debugger.triage import (
+    ProbeBatchRequest,
+    TriageRequest,
+    run_probe_batch,
+    run_triage,
+    triage_with_observation,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -150,40 +169,134 @@ def event_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, An
 # --------------------------------------------------------------------------- sweep
 
 
+def _rotation(env: SweepEnv) -> logic.RotationSettings:
+    return logic.RotationSettings(
+        interval=timedelta(seconds=env.SWEEP_INTERVAL_S),
+        period=timedelta(seconds=env.PROBE_PERIOD_S),
+        cap=env.PROBE_MAX_NODES,
+        batch_size=env.PROBE_BATCH_SIZE,
+    )
+
+
 @with_env(sweep_env)
 @logger.inject_lambda_context(correlation_id_path="sweep_id", log_event=False)
 @metrics.log_metrics
 @tracer.capture_lambda_handler(capture_response=False)
 def sweep_cluster(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """One cluster of the scheduled sweep: full triage (cluster checks, orchestrator, a bounded set of
-    node probes), then the store's lifecycle (new / escalated / resolved) for what changed."""
+    """The sweep's cluster step: the cluster's API checks (and, on Slurm, the controller's view) into the
+    store, then the plan of this sweep's node probes as batches for the state machine's inner Map."""
     env = sweep_env()
+    if not isinstance(event, dict):
+        logger.error("sweep input is not an object", input_type=type(event).__name__)
+        return {"status": "rejected", "reason": "the sweep input is not an object", "batches": []}
     cluster_arn = str(event.get("cluster_arn") or "")
     cluster_name = str(event.get("cluster_name") or "")
+    sweep_id = str(event.get("sweep_id") or "")
     if not (cluster_arn or cluster_name):
-        logger.error("sweep input names no cluster", keys=sorted(event) if isinstance(event, dict) else None)
-        return {"status": "rejected", "reason": "the sweep input names no cluster"}
+        logger.error("sweep input names no cluster", keys=sorted(event))
+        return {"status": "rejected", "reason": "the sweep input names no cluster", "batches": []}
     if not env.allows(cluster_name, cluster_arn):
-        return {"status": "skipped", "cluster": cluster_name or cluster_arn, "reason": "not in CLUSTER_ALLOWLIST"}
+        return {
+            "status": "skipped",
+            "cluster": cluster_name or cluster_arn,
+            "reason": "not in CLUSTER_ALLOWLIST",
+            "batches": [],
+        }
     now = _now()
     clients = AwsClients(env.AWS_REGION)
-    options = ProbeOptions(max_nodes=env.PROBE_MAX_NODES, rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S)
-    report = run_triage(
+    # max_nodes=0: on Slurm the controller is still read through a session; node probes come in batches.
+    options = ProbeOptions(max_nodes=0, rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S)
+    report, obs = triage_with_observation(
         TriageRequest(
             cluster=cluster_arn or cluster_name, region=env.AWS_REGION, now=now, probe=env.PROBE_ENABLED,
             probe_options=options,
         ),
         clients,
     )
-    if report.error is not None:
-        logger.error("sweep triage failed", cluster=cluster_name or cluster_arn, error=report.error.message)
-        return {"status": "error", "cluster": cluster_name or cluster_arn, "error": report.error.message}
+    if report.error is not None or obs is None:
+        message = report.error.message if report.error else "the cluster could not be read"
+        logger.error("sweep triage failed", cluster=cluster_name or cluster_arn, error=message)
+        return {"status": "error", "cluster": cluster_name or cluster_arn, "error": message, "batches": []}
+    arn = report.cluster.arn or cluster_arn
     store = FindingStore(clients, env.FINDINGS_TABLE)
-    transitions = store.apply(plan_sweep(store.open_findings(report.cluster.arn or cluster_arn), report, now), now)
+    transitions = store.apply(plan_sweep(store.open_findings(arn), report, now), now)
     kinds = _kinds(transitions)
     metrics.add_metric(name="SweepTransitions", unit=MetricUnit.Count, value=len(transitions))
-    logger.info("sweep applied", cluster=report.cluster.name, transitions=kinds, summary=report.summary.model_dump())
-    return {"status": "processed", "cluster": report.cluster.name, "transitions": kinds}
+    batches: list[dict[str, Any]] = []
+    rotation: dict[str, int] | None = None
+    if env.PROBE_ENABLED:
+        plan, batches = logic.plan_probe_batches(
+            report, obs, store.open_findings(arn), store.last_probed(arn), now,
+            settings=_rotation(env), sweep_id=sweep_id,
+        )
+        rotation = plan.summary()
+        metrics.add_metric(name="NodesPlannedForProbe", unit=MetricUnit.Count, value=len(plan.nodes))
+        if plan.behind:
+            metrics.add_metric(name="ProbeRotationBehind", unit=MetricUnit.Count, value=plan.behind)
+        for note in plan.notes:
+            logger.warning("probe rotation", cluster=report.cluster.name, note=note)
+    logger.info(
+        "cluster checks applied", cluster=report.cluster.name, transitions=kinds, rotation=rotation,
+        summary=report.summary.model_dump(),
+    )
+    return {
+        "status": "processed",
+        "cluster": report.cluster.name,
+        "cluster_arn": arn,
+        "transitions": kinds,
+        "rotation": rotation,
+        "batches": batches,
+    }
+
+
+@with_env(sweep_env)
+@logger.inject_lambda_context(correlation_id_path="sweep_id", log_event=False)
+@metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
+def probe_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """One batch of the sweep's node probes: probe exactly the nodes named, write what changed for
+    them, and remember when each was probed (the rotation's clock)."""
+    env = sweep_env()
+    try:
+        batch = ProbeBatch.model_validate(event)
+        nodes = tuple(node_of(d) for d in batch.nodes)
+    except (ValidationError, ValueError) as exc:
+        reason = _validation_errors(exc) if isinstance(exc, ValidationError) else [{"at": "nodes", "error": str(exc)}]
+        logger.error("probe batch rejected", errors=reason)
+        return {"status": "rejected", "errors": reason}
+    now = _now()
+    clients = AwsClients(env.AWS_REGION)
+    report = run_probe_batch(
+        ProbeBatchRequest(
+            cluster=batch.cluster_arn,
+            region=env.AWS_REGION,
+            nodes=nodes,
+            controllers=frozenset(d["instance_id"] for d in batch.nodes if d.get("role") == "controller"),
+            recovering={d["instance_id"]: str(d["recovering"]) for d in batch.nodes if d.get("recovering")},
+            now=now,
+            probe_options=ProbeOptions(rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S),
+        ),
+        clients,
+    )
+    if report.error is not None:
+        logger.error("probe batch failed", cluster=batch.cluster_arn, error=report.error.message)
+        return {"status": "error", "cluster_arn": batch.cluster_arn, "error": report.error.message}
+    store = FindingStore(clients, env.FINDINGS_TABLE)
+    transitions = store.apply(plan_sweep(store.open_findings(batch.cluster_arn), report, now), now)
+    probed = list(report.coverage.probed_nodes or [])
+    store.record_probed(batch.cluster_arn, probed, now)
+    kinds = _kinds(transitions)
+    metrics.add_metric(name="NodesProbed", unit=MetricUnit.Count, value=len(probed))
+    metrics.add_metric(name="SweepTransitions", unit=MetricUnit.Count, value=len(transitions))
+    logger.info("probe batch applied", cluster=batch.cluster_name, planned=len(nodes), probed=len(probed),
+                transitions=kinds)
+    return {
+        "status": "processed",
+        "cluster_arn": batch.cluster_arn,
+        "planned": len(nodes),
+        "probed": len(probed),
+        "transitions": kinds,
+    }
 
 
 # --------------------------------------------------------------------------- stream notifier
@@ -261,3 +374,86 @@ def stream_notifier(event: dict[str, Any], context: LambdaContext) -> dict[str, 
             raise failed
 
     return process_partial_response(event=event, record_handler=record_handler, processor=_processor, context=context)
+
+
+# --------------------------------------------------------------------------- HMA log subscription
+
+
+def _triage_nodes(
+    signals: tuple[logic.ClusterSignal, ...], env: MonitorEnv, context: LambdaContext
+) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """Each signal through the event handler's idempotent path, keyed on the signal's event id."""
+    config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=env.IDEMPOTENCY_TTL_S)
+    config.register_lambda_context(context)
+    run = idempotent_function(
+        _run_signal,
+        data_keyword_argument="event",
+        persistence_store=idempotency_store(env.IDEMPOTENCY_TABLE, env.AWS_REGION),
+        config=config,
+    )
+    nodes: list[dict[str, Any]] = []
+    totals: Counter[str] = Counter()
+    for signal in signals:
+        logger.info(
+            "triage started",
+            event_id=signal.event_id,
+            cluster_arn=signal.cluster_arn,
+            node=signal.node,
+            reason=signal.reason,
+        )
+        result = run(event={"id": signal.event_id}, signal=signal, env=env)
+        kinds = dict(result.get("transitions") or {})
+        totals.update(kinds)
+        nodes.append({"node": signal.node, "event_id": signal.event_id, "reason": signal.reason, "transitions": kinds})
+    return nodes, totals
+
+
+@with_env(monitor_env)
+@logger.inject_lambda_context(log_event=False)
+@metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
+def log_subscription(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """HMA detection records from a cluster log group's subscription filter → scoped node triages.
+
+    A payload that cannot be read is rejected (logged, counted) rather than raised: the retry Lambda
+    would make carries the same bytes. A failed triage does raise, so the retry redoes only the nodes
+    whose idempotency record did not complete. Nodes past ``LOG_MAX_NODES`` are deferred to the sweep.
+    """
+    env = monitor_env()
+    metrics.add_metric(name="LogPayloadsReceived", unit=MetricUnit.Count, value=1)
+    partition = hma_logs.partition_of(getattr(context, "invoked_function_arn", None))
+    try:
+        batch = hma_logs.read_subscription(event, region=env.AWS_REGION, partition=partition)
+    except hma_logs.LogPayloadError as exc:
+        logger.error("log payload rejected", error=str(exc))
+        metrics.add_metric(name="LogPayloadsRejected", unit=MetricUnit.Count, value=1)
+        return {"status": "rejected", "error": str(exc)}
+    if batch is None:
+        logger.info("log subscription control message ignored")
+        return {"status": "ignored", "reason": "control message"}
+    where = {"cluster": batch.cluster.name, "cluster_arn": batch.cluster_arn}
+    if not env.allows(batch.cluster.name, batch.cluster_arn):
+        logger.warning("log payload of a cluster outside CLUSTER_ALLOWLIST skipped", **where)
+        return {"status": "skipped", **where, "reason": "not in CLUSTER_ALLOWLIST"}
+    if batch.unattributed:
+        logger.warning(
+            "HMA detections on a stream naming no instance id",
+            count=batch.unattributed,
+            log_stream=ascii(batch.log_stream[:200]),
+        )
+    taken, deferred = batch.signals[: env.LOG_MAX_NODES], batch.signals[env.LOG_MAX_NODES :]
+    if deferred:
+        logger.warning("nodes deferred to the sweep", deferred=[s.node for s in deferred], limit=env.LOG_MAX_NODES)
+        metrics.add_metric(name="LogNodesDeferred", unit=MetricUnit.Count, value=len(deferred))
+    if not taken:
+        logger.info("log payload holds nothing to triage", reason=batch.dropped, **where)
+    nodes, totals = _triage_nodes(taken, env, context) if taken else ([], Counter())
+    metrics.add_metric(name="HmaDetections", unit=MetricUnit.Count, value=batch.detections)
+    return {
+        "status": "processed",
+        **where,
+        "nodes": nodes,
+        "deferred": [s.node for s in deferred],
+        "transitions": dict(totals),
+        **({"dropped": batch.dropped} if batch.dropped else {}),
+    }

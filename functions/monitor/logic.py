@@ -12,19 +12,23 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
+from hyperpod_debugger import ladder
 from hyperpod_debugger.model import TriageReport
 from hyperpod_debugger.notify import Notice, breaker, breaker_email, digest, digest_email, email_text, slack_message
 from hyperpod_debugger.notify.stored import notice_of
+from hyperpod_debugger.observations import ClusterObservation
 from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.rotation import RotationPlan, describe_node, plan_rotation
 from hyperpod_debugger.store_logic import (
     NOTIFYING,
     StoredFinding,
     SweepPlan,
     Transition,
     TransitionKind,
+    is_on_node,
     plan_sweep,
 )
 from hyperpod_debugger.triage import TriageRequest
@@ -93,6 +97,72 @@ def handle_cluster_event(
     cluster = report.cluster.arn or signal.cluster_arn
     plan = plan_sweep(store.open_findings(cluster), report, now)
     return store.apply(plan, now)
+
+
+# --------------------------------------------------------------------------- sweep → probe batches
+
+
+@dataclass(frozen=True)
+class RotationSettings:
+    """The sweep's probe budget (from the function's environment)."""
+
+    interval: timedelta = timedelta(minutes=15)
+    period: timedelta = timedelta(days=1)
+    cap: int = 480
+    batch_size: int = 50
+
+
+def probe_suspects(report: TriageReport, stored: dict[str, StoredFinding]) -> list[str]:
+    """Nodes to re-probe first: named by this run's problems, or carrying an open on-node finding."""
+    named = [f.instance_id for f in report.findings if f.instance_id and f.is_problem]
+    held = [f.instance_id for f in stored.values() if f.instance_id and is_on_node(f.check)]
+    return list(dict.fromkeys([*named, *held]))
+
+
+def plan_probe_batches(
+    report: TriageReport,
+    obs: ClusterObservation,
+    stored: dict[str, StoredFinding],
+    last_probed: dict[str, datetime],
+    now: datetime,
+    *,
+    settings: RotationSettings,
+    sweep_id: str,
+) -> tuple[RotationPlan, list[dict[str, Any]]]:
+    """The cluster step's plan, and one state-machine item per batch (what ``probe_batch`` receives).
+
+    ``stored`` holds the cluster's open findings after this run's API checks were applied.
+    """
+    nodes = list(obs.nodes.value or ()) if obs.nodes.available else []
+    plan = plan_rotation(
+        nodes,
+        last_probed,
+        now,
+        suspects=probe_suspects(report, stored),
+        interval=settings.interval,
+        period=settings.period,
+        cap=settings.cap,
+        batch_size=settings.batch_size,
+    )
+    controllers = ladder.slurm_controllers(obs)
+    recovering = ladder.recovery_in_progress(obs, now)
+    items = []
+    for batch in plan.batches:
+        described = []
+        for node in batch:
+            descriptor = describe_node(node, controller=node.instance_id in controllers)
+            if node.instance_id in recovering:
+                descriptor["recovering"] = recovering[node.instance_id]
+            described.append(descriptor)
+        items.append(
+            {
+                "cluster_arn": report.cluster.arn,
+                "cluster_name": report.cluster.name,
+                "sweep_id": sweep_id,
+                "nodes": described,
+            }
+        )
+    return plan, items
 
 
 # --------------------------------------------------------------------------- stream → notifications
@@ -253,10 +323,13 @@ __all__ = [
     "DeliveryFailed",
     "FindingsPort",
     "Message",
+    "RotationSettings",
     "StreamChange",
     "change_of",
     "deliver",
     "handle_cluster_event",
     "plan_deliveries",
+    "plan_probe_batches",
+    "probe_suspects",
     "render",
 ]

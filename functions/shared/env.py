@@ -23,8 +23,17 @@ class Runbook(BaseModel):
     RUNBOOK_BASE_URL: str | None = None
 
 
-class MonitorEnv(_Env, Runbook):
-    """The EventBridge event handler."""
+class ClusterAllowlist(BaseModel):
+    #: Comma-separated cluster names, ids or ARNs; empty: every cluster of the account and Region.
+    CLUSTER_ALLOWLIST: str = ""
+
+    def allows(self, cluster_name: str, cluster_arn: str) -> bool:
+        wanted = {item.strip() for item in self.CLUSTER_ALLOWLIST.split(",") if item.strip()}
+        return not wanted or bool(wanted & {cluster_name, cluster_arn, cluster_arn.rsplit("/", 1)[-1]})
+
+
+class MonitorEnv(_Env, Runbook, ClusterAllowlist):
+    """The EventBridge event handler and the HMA log-subscription handler."""
 
     FINDINGS_TABLE: str = Field(min_length=1)
     IDEMPOTENCY_TABLE: str = Field(min_length=1)
@@ -33,6 +42,8 @@ class MonitorEnv(_Env, Runbook):
     PROBE_TIMEOUT_S: float = Field(default=180.0, gt=0)
     #: How long a processed event id is remembered (EventBridge redelivers within minutes).
     IDEMPOTENCY_TTL_S: PositiveInt = 3600
+    #: Nodes the log-subscription handler triages per delivery; the rest are left to the sweep.
+    LOG_MAX_NODES: PositiveInt = 10
 
 
 class NotifierEnv(_Env, Runbook):
@@ -53,23 +64,21 @@ def _environ(model: type[BaseModel]) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in model.model_fields and v != ""}
 
 
-class SweepEnv(_Env):
+class SweepEnv(_Env, ClusterAllowlist):
     """The per-cluster sweep the Step Functions Map invokes."""
 
     FINDINGS_TABLE: str = Field(min_length=1)
-    #: Comma-separated cluster names, ids or ARNs; empty: every cluster of the account and Region.
-    CLUSTER_ALLOWLIST: str = ""
     PROBE_ENABLED: bool = True
     #: StartSession calls per second this sweep may use (the account allows about 3 in all).
     START_SESSION_RATE: float = Field(default=3.0, gt=0)
-    #: Nodes probed per sweep and cluster (suspects and accelerators first); keeps the Lambda well
-    #: inside its time limit on very large clusters.
-    PROBE_MAX_NODES: PositiveInt = 150
+    #: Most nodes one sweep probes in one cluster (suspects first, then the longest unprobed).
+    PROBE_MAX_NODES: PositiveInt = 480
+    #: Nodes per probe Lambda (one Map item), sized so a batch ends well inside the Lambda's timeout.
+    PROBE_BATCH_SIZE: PositiveInt = 50
     PROBE_TIMEOUT_S: float = Field(default=120.0, gt=0)
-
-    def allows(self, cluster_name: str, cluster_arn: str) -> bool:
-        wanted = {item.strip() for item in self.CLUSTER_ALLOWLIST.split(",") if item.strip()}
-        return not wanted or bool(wanted & {cluster_name, cluster_arn, cluster_arn.rsplit("/", 1)[-1]})
+    #: Seconds between scheduled sweeps, and the period within which every Running node is probed.
+    SWEEP_INTERVAL_S: PositiveInt = 900
+    PROBE_PERIOD_S: PositiveInt = 86400
 
 
 @lru_cache(maxsize=1)

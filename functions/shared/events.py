@@ -101,6 +101,20 @@ class ScheduleEvent(EventBridgeModel):
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
+# --- the sweep's probe batch (our own state machine's Map item) ----------------------------
+
+
+class ProbeBatch(BaseModel):
+    """One item of the sweep's inner Map, as ``sweep_cluster`` plans it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    cluster_arn: ClusterArn
+    cluster_name: str = ""
+    sweep_id: str = ""
+    nodes: list[dict[str, Any]] = Field(min_length=1, max_length=500)
+
+
 HyperPodEvent = Annotated[ClusterEvent | ClusterStateChange | NodeHealthEvent, Field(discriminator="detail_type")]
 MonitorEvent = Annotated[
     ClusterEvent | ClusterStateChange | NodeHealthEvent | ScheduleEvent, Field(discriminator="detail_type")

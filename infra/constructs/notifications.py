@@ -149,6 +149,9 @@ class Notifications(Construct):
                 report_batch_item_failures=True,
                 max_record_age=cdk.Duration.days(1),
                 on_failure=event_sources.SqsDlq(self.dlq),
+                # Only finding items can carry a transition; history, sweep and probe-rotation records
+                # (and TTL deletions, which have no new image) never wake the notifier.
+                filters=[lambda_.FilterCriteria.filter({"dynamodb": {"NewImage": {"item_type": {"S": ["FINDING"]}}}})],
             )
         )
         return notifier

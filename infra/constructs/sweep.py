@@ -1,11 +1,23 @@
-"""The scheduled sweep: a Step Functions state machine that lists clusters and maps the sweep Lambda over them.
+"""The scheduled sweep: a Step Functions state machine that pages through ListClusters, runs each cluster's
+checks, then probes that cluster's nodes in batches.
 
-`MaxConcurrency` comes from the StartSession budget (context `startSessionRate`), so concurrent per-cluster
-sweeps never exceed the SSM StartSession rate; each invocation covers a batch of nodes and returns well
-before Lambda's 15-minute limit, and successive sweeps cover large clusters over time.
+    ListClusters ─▶ EachCluster (Map) ─▶ more pages? ─▶ ListMoreClusters ─┐
+                      │                     ▲                          │
+                      │                     └──────────────────────────┘
+                      └─ CheckCluster (Lambda: API checks, rotation plan)
+                           └─ EachBatch (Map) ─ ProbeBatch (Lambda: probe ≤ batch-size nodes)
+
+The StartSession budget (context ``startSessionRate``, about 3 calls a second per account) is split
+into workers of about one call a second: ``clusters × batches`` probe Lambdas run at once and each
+gets ``rate / (clusters × batches)``. Batch size and the per-sweep cap follow from that rate so every
+Lambda ends well inside its timeout, and the rotation (``hyperpod_debugger.rotation``) probes every
+Running node at least once per ``probePeriodHours`` across successive sweeps.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
@@ -16,8 +28,40 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from infra.constants import GSI_BY_NODE, SWEEP_HANDLER
+from infra.constants import GSI_BY_NODE, PROBE_BATCH_HANDLER, SWEEP_HANDLER
 from infra.constructs.python_function import PythonFunction
+
+#: StartSession calls a second one probe Lambda aims at: 16 sessions in flight, each ~15-60 s.
+WORKER_RATE = 1.0
+#: Seconds of one sweep spent starting probe sessions (the state machine stops at 14 minutes).
+PROBE_WINDOW_S = 480
+#: A batch starts its sessions in about this many seconds; with the probe's own timeout it ends in
+#: a few minutes, far from the function's 10-minute limit.
+BATCH_START_S = 120
+PROBE_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class SweepBudget:
+    """How the StartSession budget is shared (all derived; see the module docstring)."""
+
+    clusters: int  # outer Map MaxConcurrency
+    batches: int  # inner Map MaxConcurrency (per cluster)
+    rate: float  # StartSession calls a second per probe Lambda
+    batch_size: int  # nodes per probe Lambda
+    cap: int  # most nodes one sweep probes in one cluster
+
+    @classmethod
+    def derive(cls, start_session_rate: float, cluster_concurrency: int) -> SweepBudget:
+        if start_session_rate <= 0 or cluster_concurrency < 1:
+            raise ValueError("startSessionRate must be > 0 and sweepClusterConcurrency >= 1")
+        workers = max(1, math.floor(start_session_rate / WORKER_RATE))
+        clusters = min(cluster_concurrency, workers)
+        batches = max(1, workers // clusters)
+        rate = start_session_rate / (clusters * batches)
+        batch_size = max(10, min(100, math.floor(rate * BATCH_START_S)))
+        cap = max(batch_size, math.floor(batches * rate * PROBE_WINDOW_S))
+        return cls(clusters=clusters, batches=batches, rate=rate, batch_size=batch_size, cap=cap)
 
 
 def findings_write_statements(
@@ -34,6 +78,7 @@ def findings_write_statements(
                 "dynamodb:UpdateItem",
                 "dynamodb:DeleteItem",
                 "dynamodb:TransactWriteItems",
+                "dynamodb:BatchWriteItem",
             ],
             resources=[table.table_arn, f"{table.table_arn}/index/{GSI_BY_NODE}"],
         ),
@@ -46,7 +91,7 @@ def findings_write_statements(
 
 
 class Sweep(Construct):
-    """Exposes `function` (the per-cluster sweep PythonFunction) and `state_machine`."""
+    """Exposes `function` (the cluster step), `probe_function` (a probe batch), `budget` and `state_machine`."""
 
     def __init__(
         self,
@@ -56,57 +101,105 @@ class Sweep(Construct):
         table: dynamodb.ITableV2,
         idempotency_table: dynamodb.ITableV2,
         layer: lambda_.ILayerVersion,
-        max_concurrency: int,
+        budget: SweepBudget,
+        interval: cdk.Duration,
+        probe_period: cdk.Duration,
         cluster_allowlist: list[str],
         log_retention: logs.RetentionDays,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.max_concurrency = max_concurrency
+        self.budget = budget
+        environment = {
+            "FINDINGS_TABLE": table.table_name,
+            "IDEMPOTENCY_TABLE": idempotency_table.table_name,
+            "START_SESSION_RATE": f"{budget.rate:.3f}",
+            "PROBE_BATCH_SIZE": str(budget.batch_size),
+            "PROBE_MAX_NODES": str(budget.cap),
+            "PROBE_TIMEOUT_S": str(PROBE_TIMEOUT_S),
+            "SWEEP_INTERVAL_S": str(int(interval.to_seconds())),
+            "PROBE_PERIOD_S": str(int(probe_period.to_seconds())),
+            "CLUSTER_ALLOWLIST": ",".join(cluster_allowlist),
+        }
         self.function = PythonFunction(
             self,
             "SweepCluster",
             handler=SWEEP_HANDLER,
             layer=layer,
             statements=findings_write_statements(table, idempotency_table),
+            timeout=cdk.Duration.minutes(5),
+            memory_size=1024,
+            log_retention=log_retention,
+            environment=environment,
+        )
+        self.probe_function = PythonFunction(
+            self,
+            "ProbeBatch",
+            handler=PROBE_BATCH_HANDLER,
+            layer=layer,
+            statements=findings_write_statements(table, idempotency_table),
             timeout=cdk.Duration.minutes(10),
             memory_size=1024,
             log_retention=log_retention,
-            environment={
-                "FINDINGS_TABLE": table.table_name,
-                "IDEMPOTENCY_TABLE": idempotency_table.table_name,
-                # the account allows about 3 StartSession calls a second; the Map workers share them
-                "START_SESSION_RATE": f"{3.0 / max(max_concurrency, 1):.3f}",
-                "CLUSTER_ALLOWLIST": ",".join(cluster_allowlist),
-            },
+            environment=environment,
         )
         self.state_machine = self._build_state_machine(log_retention)
 
-    def _build_definition(self) -> sfn.IChainable:
-        list_clusters = tasks.CallAwsService(
+    def _invoke(self, construct_id: str, function: PythonFunction, *, retry_failed: bool) -> tasks.LambdaInvoke:
+        task = tasks.LambdaInvoke(
             self,
-            "ListClusters",
+            construct_id,
+            lambda_function=function.function,
+            payload_response_only=True,
+            retry_on_service_exceptions=True,
+        )
+        if retry_failed:
+            task.add_retry(
+                errors=["States.TaskFailed"], max_attempts=2, backoff_rate=2, interval=cdk.Duration.seconds(5)
+            )
+        return task
+
+    def _list_clusters(self, construct_id: str, parameters: dict) -> tasks.CallAwsService:
+        return tasks.CallAwsService(
+            self,
+            construct_id,
             service="sagemaker",
             action="listClusters",
             iam_action="sagemaker:ListClusters",
             iam_resources=["*"],
-            parameters={"MaxResults": 100},
-            result_selector={"clusters.$": "$.ClusterSummaries"},
+            parameters=parameters,
+            result_path="$.page",
         )
-        sweep_one = tasks.LambdaInvoke(
+
+    def _per_cluster(self) -> sfn.IChainable:
+        """One cluster: its checks and rotation plan, then its probe batches; a failure stays in the cluster."""
+        check = self._invoke("CheckCluster", self.function, retry_failed=True)
+        # A failed batch is not retried within the sweep: its nodes stay due and lead the next rotation.
+        probe = self._invoke("ProbeNodes", self.probe_function, retry_failed=False)
+        probe.add_catch(sfn.Pass(self, "BatchFailed"), errors=["States.ALL"], result_path="$.error")
+        each_batch = sfn.Map(
             self,
-            "SweepOneCluster",
-            lambda_function=self.function.function,
-            payload_response_only=True,
-            retry_on_service_exceptions=True,
+            "EachBatch",
+            items_path="$.batches",
+            max_concurrency=self.budget.batches,
+            result_path=sfn.JsonPath.DISCARD,
         )
-        sweep_one.add_retry(
-            errors=["States.TaskFailed"], max_attempts=2, backoff_rate=2, interval=cdk.Duration.seconds(5)
+        each_batch.item_processor(probe)
+        # Keep the cluster's output small: the outer Map gathers one per cluster.
+        done = sfn.Pass(self, "ClusterDone", parameters={"status.$": "$.status"})
+        failed = sfn.Pass(self, "ClusterFailed", parameters={"status": "failed", "error.$": "$.error"})
+        check.add_catch(failed, errors=["States.ALL"], result_path="$.error")
+        return check.next(each_batch).next(done)
+
+    def _build_definition(self) -> sfn.IChainable:
+        first_page = self._list_clusters("ListClusters", {"MaxResults": 100})
+        next_page = self._list_clusters(
+            "ListMoreClusters", {"MaxResults": 100, "NextToken.$": "$.page.NextToken"}
         )
-        per_cluster = sfn.Map(
+        each_cluster = sfn.Map(
             self,
             "EachCluster",
-            items_path="$.clusters",
-            max_concurrency=self.max_concurrency,
+            items_path="$.page.ClusterSummaries",
+            max_concurrency=self.budget.clusters,
             item_selector={
                 "cluster_name.$": "$$.Map.Item.Value.ClusterName",
                 "cluster_arn.$": "$$.Map.Item.Value.ClusterArn",
@@ -114,8 +207,11 @@ class Sweep(Construct):
             },
             result_path=sfn.JsonPath.DISCARD,
         )
-        per_cluster.item_processor(sweep_one)
-        return list_clusters.next(per_cluster).next(sfn.Succeed(self, "Done"))
+        each_cluster.item_processor(self._per_cluster())
+        more = sfn.Choice(self, "MorePages")
+        more.when(sfn.Condition.is_present("$.page.NextToken"), next_page.next(each_cluster))
+        more.otherwise(sfn.Succeed(self, "Done"))
+        return first_page.next(each_cluster).next(more)
 
     def _build_state_machine(self, log_retention: logs.RetentionDays) -> sfn.StateMachine:
         log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=cdk.RemovalPolicy.RETAIN)

@@ -182,6 +182,10 @@ class Coverage(BaseModel):
     api_calls: dict[str, int] = Field(
         default_factory=dict, description="Logical AWS API calls made, keyed by IAM action name."
     )
+    probed_nodes: list[str] | None = Field(
+        default=None,
+        description="Instance ids whose on-node probe document was evaluated (null: no probing was attempted).",
+    )
 
 
 class ClusterRef(BaseModel):

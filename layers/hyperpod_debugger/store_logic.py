@@ -15,7 +15,9 @@ and decides, per fingerprint, one of the transitions below. The DynamoDB adapter
   evidence) is written, and at most once per ``heartbeat`` interval per finding.
 * RESOLVED: a stored open problem not seen again although its check RAN everywhere in this run;
   a skipped or unknown check resolves nothing, nor does a run that failed (``report.error``), and
-  a focused run (``report.scope_node``) resolves only findings of that node.
+  a focused run (``report.scope_node``) resolves only findings of that node, and an on-node
+  finding (``probe.*``) is resolved only when its node's probe document was evaluated in this run
+  (``coverage.probed_nodes``): a sweep probes a rotating subset of a large cluster.
 * REOPENED: a RESOLVED fingerprint seen again (first_seen stays where it was).
 """
 
@@ -85,6 +87,15 @@ _NORMALISERS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?<![0-9a-z])(?=[0-9a-f]*\d)[0-9a-f]{8,}(?![0-9a-z])", re.IGNORECASE), "<hex>"),
     (re.compile(r"\d+(?:\.\d+)?"), "<n>"),
 )
+
+
+#: On-node checks (the probe's evaluators and the session outcome) share this prefix.
+ON_NODE_PREFIX = "probe."
+
+
+def is_on_node(check: str) -> bool:
+    """A check judged from a node's probe document: it says something only about nodes that were probed."""
+    return check.startswith(ON_NODE_PREFIX)
 
 
 def signature(message: str) -> str:
@@ -340,6 +351,7 @@ def plan_sweep(
     # the open findings of that check (on that node, or everywhere for a cluster-wide UNKNOWN).
     blind_nodes = {(f.check, f.instance_id) for f in report.findings if f.tag is Tag.UNKNOWN}
     blind_checks = {check for check, node in blind_nodes if node is None}
+    probed = set(report.coverage.probed_nodes or ())
     for fp, previous in previous_open.items():
         if previous.state is State.RESOLVED or fp in current:
             continue
@@ -349,6 +361,8 @@ def plan_sweep(
             continue
         if report.scope_node and previous.instance_id != report.scope_node:
             continue
+        if is_on_node(previous.check) and previous.instance_id and previous.instance_id not in probed:
+            continue  # the node was not probed this time (rotation, cap, unreachable): nothing is known
         resolved = replace(previous, state=State.RESOLVED, last_seen=previous.last_seen, version=previous.version + 1)
         plan.resolved.append(PlannedChange(TransitionKind.RESOLVED, resolved, previous))
     return plan

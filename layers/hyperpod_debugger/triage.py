@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from hyperpod_debugger import __version__, ladder
@@ -24,7 +24,7 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.observations import Cluster, ClusterNode, Observed
+from hyperpod_debugger.observations import Cluster, ClusterNode, ClusterObservation, Observed
 from hyperpod_debugger.probe.runner import ProbeOptions, probe_cluster, ssm_runner
 from hyperpod_debugger.probe.slurm_query import query_controller
 
@@ -88,7 +88,7 @@ def _probe_one_node(
     cluster: Cluster,
     now: datetime,
     account: str | None,
-    coverage: Callable[[list[CheckCoverage]], Coverage],
+    coverage: Callable[..., Coverage],
 ) -> TriageReport:
     """``hyperpod-debugger probe``: describe the one node, probe it, evaluate, apply the ladder."""
     ref = _cluster_ref(cluster, account)
@@ -135,16 +135,27 @@ def _probe_one_node(
     findings = ladder.apply(
         probed.findings, ladder.Target.of(cluster), {node.instance_id: node}, controllers=controllers
     )
-    return build_report(req.node, now, ref, findings, coverage(probed.coverage))
+    return build_report(req.node, now, ref, findings, coverage(probed.coverage, probed.probed))
 
 
 def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageReport:
+    """One triage: the report the CLI prints and the monitor stores."""
+    return triage_with_observation(req, clients)[0]
+
+
+def triage_with_observation(
+    req: TriageRequest, clients: AwsClients | None = None
+) -> tuple[TriageReport, ClusterObservation | None]:
+    """:func:`run_triage`, plus what was observed (None when the run stopped before collecting).
+
+    The scheduled sweep plans its node probes from the observed node list.
+    """
     now = req.now or datetime.now(UTC)
     clients = clients or AwsClients(req.region)
     ref = ClusterRef(name=req.cluster, region=req.region)
 
-    def coverage(checks: list[CheckCoverage]) -> Coverage:
-        return Coverage(checks=checks, api_calls=dict(sorted(clients.calls.items())))
+    def coverage(checks: list[CheckCoverage], probed: list[str] | None = None) -> Coverage:
+        return Coverage(checks=checks, api_calls=dict(sorted(clients.calls.items())), probed_nodes=probed)
 
     try:
         account = sts.caller_account(clients)
@@ -152,7 +163,7 @@ def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageR
         cluster = sagemaker.describe_cluster(clients, req.cluster)
     except CredentialsError as exc:
         error = RunError(kind="credentials", message=f"AWS credentials are missing, expired or rejected: {exc}")
-        return build_report(req.node, now, ref, [], coverage(_all_unknown("no usable credentials")), error)
+        return _no_obs(build_report(req.node, now, ref, [], coverage(_all_unknown("no usable credentials")), error))
     except sagemaker.ClusterNotFound as exc:
         names: list[str] = []
         try:
@@ -164,7 +175,7 @@ def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageR
             message=f"No HyperPod cluster {req.cluster!r} in {req.region}: {exc}",
             clusters_in_region=names,
         )
-        return build_report(req.node, now, ref, [], coverage(_all_unknown("cluster not found")), error)
+        return _no_obs(build_report(req.node, now, ref, [], coverage(_all_unknown("cluster not found")), error))
     except ApiCallError as exc:
         failure = exc.failure
         if failure.kind == "denied":
@@ -177,20 +188,20 @@ def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageR
                 evidence=[failure.message],
                 root_cause=f"The identity running the triage is not allowed to call {failure.action}.",
             )
-            return build_report(req.node, now, ref, [finding], coverage(_all_unknown(failure.describe())))
+            return _no_obs(build_report(req.node, now, ref, [finding], coverage(_all_unknown(failure.describe()))))
         kind = "endpoint" if failure.kind in ("endpoint", "timeout") else "internal"
         error = RunError(kind=kind, message=f"Cannot start the triage: {failure.describe()}")
-        return build_report(req.node, now, ref, [], coverage(_all_unknown(failure.describe())), error)
+        return _no_obs(build_report(req.node, now, ref, [], coverage(_all_unknown(failure.describe())), error))
 
     if req.probe_only and req.node:
-        return _probe_one_node(req, clients, cluster, now, account, coverage)
+        return _no_obs(_probe_one_node(req, clients, cluster, now, account, coverage))
     ref = _cluster_ref(cluster, account)
     opts = CollectOptions(now=now, scope_node=req.node, event_window=req.event_window, log_window=req.log_window)
     try:
         obs = Collector(clients).collect(cluster, opts)
     except CredentialsError as exc:
         error = RunError(kind="credentials", message=f"AWS credentials expired during the run: {exc}")
-        return build_report(req.node, now, ref, [], coverage(_all_unknown("credentials expired")), error)
+        return _no_obs(build_report(req.node, now, ref, [], coverage(_all_unknown("credentials expired")), error))
     if obs.nodes.available and obs.nodes.value is not None:
         ref.node_count = len(obs.nodes.value)
     ctx = CheckContext(now=now, scope_node=req.node, event_window=req.event_window, log_window=req.log_window)
@@ -202,7 +213,11 @@ def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageR
                 clients, cluster, obs.nodes.value, runner_factory=ssm_runner, timeout=req.probe_options.timeout
             )
     findings, checks = run_checks(obs, ctx)
-    if req.probe and obs.nodes.available and obs.nodes.value is not None:
+    probed_nodes: list[str] | None = None
+    if req.probe and req.probe_options.max_nodes <= 0:
+        reason = "no node probes in this run (max 0 nodes): they run separately, in batches"
+        checks.append(CheckCoverage(check="probe.session", status=CheckStatus.SKIPPED, reason=reason))
+    elif req.probe and obs.nodes.available and obs.nodes.value is not None:
         suspects = [f.instance_id for f in findings if f.instance_id and f.is_problem]
         probed = probe_cluster(
             clients,
@@ -216,8 +231,72 @@ def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageR
         )
         findings += probed.findings
         checks += probed.coverage
+        probed_nodes = probed.probed
     else:
         reason = "not asked for (--no-probe)" if not req.probe else "the node list could not be read"
         checks.append(CheckCoverage(check="probe.session", status=CheckStatus.SKIPPED, reason=reason))
     findings = ladder.refine(findings, obs, ctx)
-    return build_report(req.node, now, ref, findings, coverage(checks))
+    return build_report(req.node, now, ref, findings, coverage(checks, probed_nodes)), obs
+
+
+def _no_obs(report: TriageReport) -> tuple[TriageReport, ClusterObservation | None]:
+    return report, None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeBatchRequest:
+    """One batch of the sweep's rotation: probe exactly these nodes of one cluster."""
+
+    cluster: str  # ARN (or name)
+    region: str
+    nodes: tuple[ClusterNode, ...]
+    controllers: frozenset[str] = frozenset()
+    #: instance id → what HyperPod is already doing to it (seen by the cluster step): no duplicate action
+    recovering: dict[str, str] = field(default_factory=dict)
+    now: datetime | None = None
+    event_window: timedelta = timedelta(hours=24)
+    probe_options: ProbeOptions = ProbeOptions()
+
+
+def run_probe_batch(req: ProbeBatchRequest, clients: AwsClients | None = None) -> TriageReport:
+    """Probe the given nodes (no cluster-level checks) and apply the node-action ladder.
+
+    The report's coverage names only on-node checks and lists the nodes actually probed, so the store
+    resolves on-node findings of those nodes only.
+    """
+    now = req.now or datetime.now(UTC)
+    clients = clients or AwsClients(req.region)
+    ref = ClusterRef(name=req.cluster, region=req.region)
+
+    def coverage(checks: list[CheckCoverage], probed: list[str] | None = None) -> Coverage:
+        return Coverage(checks=checks, api_calls=dict(sorted(clients.calls.items())), probed_nodes=probed)
+
+    try:
+        cluster = sagemaker.describe_cluster(clients, req.cluster)
+    except CredentialsError as exc:
+        error = RunError(kind="credentials", message=f"AWS credentials are missing, expired or rejected: {exc}")
+        return build_report(None, now, ref, [], coverage([]), error)
+    except (sagemaker.ClusterNotFound, ApiCallError) as exc:
+        kind = "cluster_not_found" if isinstance(exc, sagemaker.ClusterNotFound) else "internal"
+        error = RunError(kind=kind, message=f"Cannot probe cluster {req.cluster!r}: {exc}")
+        return build_report(None, now, ref, [], coverage([]), error)
+    ref = _cluster_ref(cluster, cluster.account_id)
+    by_id = {n.instance_id: n for n in req.nodes}
+    probed = probe_cluster(
+        clients,
+        cluster,
+        list(req.nodes),
+        now,
+        focus=None,
+        suspects=[],
+        controllers=set(req.controllers),
+        options=replace(req.probe_options, max_nodes=len(req.nodes), window=req.event_window),
+    )
+    findings = ladder.apply(
+        probed.findings,
+        ladder.Target.of(cluster),
+        by_id,
+        recovering=dict(req.recovering),
+        controllers=set(req.controllers),
+    )
+    return build_report(None, now, ref, findings, coverage(probed.coverage, probed.probed))

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import re
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import pytest
+
+#: The repository root: the demo's monitor part imports the Lambda handlers from ``functions/`` there.
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -18,11 +23,16 @@ def demo_output() -> str:
         capture_output=True,
         text=True,
         env=env,
+        cwd=ROOT,
         timeout=300,
         check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
+    # The handlers' Powertools log lines and EMF metrics stay out of what the user sees.
+    for stream in (result.stdout, result.stderr):
+        assert not re.search(r'^\{"level":', stream, re.M)
+        assert '"_aws":' not in stream
     return result.stdout
 
 
@@ -52,6 +62,7 @@ def test_demo_json_is_a_list_of_reports():
         capture_output=True,
         text=True,
         env=env,
+        cwd=ROOT,
         timeout=300,
         check=True,
     ).stdout
@@ -106,18 +117,57 @@ def test_the_demo_shows_orchestrator_findings(demo_output):
     assert "state=resume" in slurm and "blast radius:" in slurm
 
 
-def test_the_demo_walks_the_monitor_path_from_event_to_resolution(demo_output):
+def test_the_demo_walks_the_monitor_path_through_the_lambda_handlers(demo_output):
+    assert "MONITOR: skipped" not in demo_output
     monitor = demo_output[demo_output.index("MONITOR:") :]
-    # the event-driven path: a node-health event, a scoped triage, NEW findings in the store
+    # 1. the EventBridge event goes to the real event handler: processed, NEW findings in the store
     assert '"detail-type": "SageMaker HyperPod Cluster Node Health Event"' in monitor
-    assert re.search(r"Triage scoped to i-[0-9a-f]+ .* NEW ×\d+", monitor)
-    # the Slack rendering and the email rendering of the most urgent finding, with its runbook section
-    assert re.search(r"Slack \(Block Kit, as displayed\):\n  │ 🔴 New P0: ", monitor)
-    assert re.search(r"Email \(SNS\) — Subject: \[HyperPod P0\] New: ", monitor)
+    handled = re.search(r"^   event_handler → status=processed, transitions: NEW ×(\d+) \(a triage scoped to i-[0-9a-f]+", monitor, re.M)
+    assert handled and int(handled.group(1)) > 0
+    # 2. the stream notifier posted to the Slack sink and published emails that came back through SQS
+    sent = re.search(
+        r"^2\. The table's stream delivers (\d+) record\(s\) to stream_notifier → batchItemFailures: 0\. "
+        r"The Slack sink received (\d+) payload\(s\); (\d+) email\(s\) arrived in the queue\.$",
+        monitor,
+        re.M,
+    )
+    assert sent, monitor[:3000]
+    records, payloads, emails = map(int, sent.groups())
+    assert records >= payloads > 0 and emails == payloads
+    # the most urgent message as the sink received it, and its email as read back from the queue
+    assert re.search(r"Slack \(Block Kit, as the sink received it and Slack displays it\):\n  │ 🔴 New P0: ", monitor)
+    assert re.search(r"Email \(SNS, read back from the subscribed queue\) — Subject: \[HyperPod P0\] New: ", monitor)
     assert "references/node-diagnostics-detail.md § " in monitor
-    # the operator fixes a problem with the suggested command; the sweep resolves exactly that finding
+    # 3. the same event again: answered from the idempotency table, nothing new anywhere
+    assert re.search(
+        r"^3\. EventBridge delivers the same event again \(id [0-9a-f-]+\): event_handler → status=processed.*\n"
+        r"   Triages run: 0; new stream records: 0; new Slack payloads: 0; new emails: 0\.$",
+        monitor,
+        re.M,
+    )
+    # 4. the operator fixes a problem with the suggested command
     assert "The operator runs the suggested command themselves (this tool never does): aws ec2 modify-vpc-attribute" in monitor
-    assert re.search(r"scheduled sweep .*RESOLVED ×1\.", monitor)
-    assert "✅ Resolved: enableDnsHostnames is disabled" in monitor
-    assert "Subject: [HyperPod] Resolved: " in monitor
-    assert re.search(r"Findings history for the cluster \(DynamoDB\): OPEN ×\d+, RESOLVED ×1", monitor)
+    # 5. the sweep through the handlers resolves exactly that finding; Slack and email say so
+    sweep = monitor[monitor.index("\n5. ") :]
+    assert re.search(r"^   sweep_cluster → status=processed", sweep, re.M)
+    assert re.search(r"^   The sweep's transitions \(whole cluster\): (?:\w+ ×\d+, )*RESOLVED ×1\.$", sweep, re.M)
+    resent = re.search(r"The Slack sink received (\d+) more payload\(s\); (\d+) more email\(s\) arrived\.", sweep)
+    assert resent and int(resent.group(1)) >= 1 and int(resent.group(2)) >= 1
+    assert re.search(
+        r"Slack \(Block Kit, as the sink received it and Slack displays it\):\n  │ ✅ Resolved: enableDnsHostnames is disabled",
+        sweep,
+    )
+    assert "— Subject: [HyperPod] Resolved: " in sweep
+    # 6. the history in DynamoDB
+    assert re.search(r"Findings history for the cluster \(DynamoDB\): OPEN ×\d+, RESOLVED ×1$", sweep, re.M)
+
+
+def test_the_monitor_part_is_skipped_with_a_note_without_the_handlers(monkeypatch):
+    """An installed package without the repository's functions/: one line, and no AWS call at all."""
+    from hyperpod_debugger.sim import monitor_demo
+
+    for name in ("functions", "functions.monitor", "functions.monitor.handlers"):
+        monkeypatch.setitem(sys.modules, name, None)  # what `import` finds when the package is absent
+    text = monitor_demo.monitor_walkthrough(None, None, datetime.now(UTC))  # type: ignore[arg-type]
+    assert text.startswith("MONITOR: skipped.") and "make demo" in text
+    assert text.count("\n") == 1

@@ -139,16 +139,116 @@ def _render(part) -> str:
     return "Ref:" + part.get("Ref", "?")
 
 
-def test_sweep_lists_clusters_then_maps_with_start_session_concurrency(template: Template):
+def test_sweep_pages_through_clusters_then_checks_and_probes_each_in_batches(template: Template):
     definition = _definition(template)
+    states = definition["States"]
     assert definition["StartAt"] == "ListClusters"
-    assert definition["States"]["ListClusters"]["Resource"].endswith(":states:::aws-sdk:sagemaker:listClusters")
-    each = definition["States"]["EachCluster"]
-    assert each["Type"] == "Map"
-    assert each["MaxConcurrency"] == c.DEFAULT_START_SESSION_RATE
-    inner = each["ItemProcessor"]["States"]["SweepOneCluster"]
-    assert inner["Resource"].startswith("GetAtt:SweepSweepClusterFunction")
+    for name in ("ListClusters", "ListMoreClusters"):
+        assert states[name]["Resource"].endswith(":states:::aws-sdk:sagemaker:listClusters")
+        assert states[name]["ResultPath"] == "$.page"
+    # every page is swept: a NextToken loops back through ListMoreClusters into the same Map
+    assert states["ListClusters"]["Next"] == "EachCluster" and states["EachCluster"]["Next"] == "MorePages"
+    [more] = states["MorePages"]["Choices"]
+    assert more == {"Variable": "$.page.NextToken", "IsPresent": True, "Next": "ListMoreClusters"}
+    assert states["MorePages"]["Default"] == "Done" and states["ListMoreClusters"]["Next"] == "EachCluster"
+    assert states["ListMoreClusters"]["Parameters"]["NextToken.$"] == "$.page.NextToken"
+
+    each = states["EachCluster"]
+    assert each["Type"] == "Map" and each["ItemsPath"] == "$.page.ClusterSummaries"
     assert each["ItemSelector"]["cluster_name.$"] == "$$.Map.Item.Value.ClusterName"
+    inner = each["ItemProcessor"]["States"]
+    assert inner["CheckCluster"]["Resource"].startswith("GetAtt:SweepSweepClusterFunction")
+    assert inner["CheckCluster"]["Next"] == "EachBatch"
+    assert inner["CheckCluster"]["Catch"][0]["Next"] == "ClusterFailed"  # one cluster failing spares the rest
+    batches = inner["EachBatch"]
+    assert batches["Type"] == "Map" and batches["ItemsPath"] == "$.batches" and batches["ResultPath"] is None
+    probe = batches["ItemProcessor"]["States"]["ProbeNodes"]
+    assert probe["Resource"].startswith("GetAtt:SweepProbeBatchFunction")
+    assert probe["Catch"][0]["Next"] == "BatchFailed"
+    assert all("States.TaskFailed" not in r["ErrorEquals"] for r in probe["Retry"])  # no re-probe in a sweep
+    # the cluster's output that the outer Map gathers stays small whatever the batches held
+    assert inner["ClusterDone"]["Parameters"] == {"status.$": "$.status"}
+
+
+def test_map_concurrency_and_function_settings_share_the_start_session_budget(template: Template, stack):
+    budget = stack.sweep.budget
+    states = _definition(template)["States"]
+    each = states["EachCluster"]
+    assert each["MaxConcurrency"] == budget.clusters == c.DEFAULT_CLUSTER_CONCURRENCY
+    assert each["ItemProcessor"]["States"]["EachBatch"]["MaxConcurrency"] == budget.batches
+    assert budget.clusters * budget.batches * budget.rate == pytest.approx(c.DEFAULT_START_SESSION_RATE)
+    for handler in (c.SWEEP_HANDLER, c.PROBE_BATCH_HANDLER):
+        template.has_resource_properties(
+            "AWS::Lambda::Function",
+            {
+                "Handler": handler,
+                "Environment": {
+                    "Variables": Match.object_like(
+                        {
+                            "START_SESSION_RATE": f"{budget.rate:.3f}",
+                            "PROBE_BATCH_SIZE": str(budget.batch_size),
+                            "PROBE_MAX_NODES": str(budget.cap),
+                            "SWEEP_INTERVAL_S": "900",
+                            "PROBE_PERIOD_S": "86400",
+                        }
+                    )
+                },
+            },
+        )
+    # a 20,000-node cluster fits the daily rotation: 96 sweeps a day, at most `cap` nodes each
+    assert budget.cap * 96 >= 20000
+
+
+@pytest.mark.parametrize(
+    ("rate", "clusters", "expected"),
+    [
+        (3, 3, (3, 1, 1.0)),
+        (3, 1, (1, 3, 1.0)),
+        (7, 3, (3, 2, 7 / 6)),
+        (1, 5, (1, 1, 1.0)),
+        (0.5, 2, (1, 1, 0.5)),
+    ],
+)
+def test_sweep_budget_never_exceeds_the_start_session_rate(rate, clusters, expected):
+    from infra.constructs.sweep import SweepBudget
+
+    budget = SweepBudget.derive(rate, clusters)
+    assert (budget.clusters, budget.batches) == expected[:2]
+    assert budget.rate == pytest.approx(expected[2])
+    assert budget.clusters * budget.batches * budget.rate <= rate + 1e-9
+    assert 10 <= budget.batch_size <= 100 and budget.cap >= budget.batch_size
+
+
+@pytest.mark.parametrize("bad", [(0, 3), (3, 0), (-1, 1)])
+def test_sweep_budget_refuses_nonsense(bad):
+    from infra.constructs.sweep import SweepBudget
+
+    with pytest.raises(ValueError):
+        SweepBudget.derive(*bad)
+
+
+@pytest.mark.parametrize(
+    ("expression", "seconds"),
+    [("rate(15 minutes)", 900), ("rate(1 minute)", 60), ("rate(2 hours)", 7200), ("rate(1 day)", 86400)],
+)
+def test_schedule_interval_from_rate_expressions(expression, seconds):
+    from infra.stack import schedule_interval
+
+    assert schedule_interval(expression).to_seconds() == seconds
+
+
+@pytest.mark.parametrize("expression", ["cron(0/15 * * * ? *)", "rate(0 minutes)", "every 15 minutes", ""])
+def test_schedule_interval_refuses_what_the_rotation_cannot_plan_from(expression):
+    from infra.stack import schedule_interval
+
+    with pytest.raises(ValueError, match="sweepSchedule"):
+        schedule_interval(expression)
+
+
+def test_notifier_wakes_only_for_finding_items(template: Template):
+    (mapping,) = template.find_resources("AWS::Lambda::EventSourceMapping").values()
+    [criterion] = mapping["Properties"]["FilterCriteria"]["Filters"]
+    assert json.loads(criterion["Pattern"]) == {"dynamodb": {"NewImage": {"item_type": {"S": ["FINDING"]}}}}
 
 
 def test_sweep_state_machine_logs_and_traces(template: Template):
@@ -184,8 +284,9 @@ def test_functions_share_factory_defaults(template: Template, handler: str):
 def test_each_function_has_its_own_role_and_retained_log_group(template: Template):
     functions = template.find_resources("AWS::Lambda::Function")
     roles = {json.dumps(f["Properties"]["Role"]) for f in functions.values()}
-    assert len(functions) == 3
-    assert len(roles) == 3
+    # event handler, sweep cluster step, sweep probe batch, stream notifier
+    assert len(functions) == 4
+    assert len(roles) == 4
     template.all_resources_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
 
 
@@ -261,6 +362,7 @@ ALLOWED_VERBS = READ_VERBS + (
     "UpdateItem",
     "DeleteItem",
     "TransactWriteItems",
+    "BatchWriteItem",  # the probe rotation's last-probed records, on our own table only
     "Publish",
     "SendMessage",
 )
@@ -384,7 +486,17 @@ def customized(tmp_path_factory):
 
 
 def test_context_drives_concurrency_schedule_allowlist_and_subscriptions(customized: Template):
-    assert _definition(customized)["States"]["EachCluster"]["MaxConcurrency"] == 7
+    each = _definition(customized)["States"]["EachCluster"]
+    # 7 calls a second: 3 clusters at once, 2 batches each, 7/6 calls a second per probe Lambda
+    assert each["MaxConcurrency"] == 3
+    assert each["ItemProcessor"]["States"]["EachBatch"]["MaxConcurrency"] == 2
+    customized.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Handler": c.PROBE_BATCH_HANDLER,
+            "Environment": {"Variables": Match.object_like({"START_SESSION_RATE": "1.167", "SWEEP_INTERVAL_S": "3600"})},
+        },
+    )
     customized.has_resource_properties("AWS::Events::Rule", {"ScheduleExpression": "rate(1 hour)"})
     rules = [r for r in customized.find_resources("AWS::Events::Rule").values() if "EventPattern" in r["Properties"]]
     assert len(rules) == 3

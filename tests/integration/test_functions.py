@@ -8,7 +8,6 @@ import json
 import pathlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 
 import pytest
 
@@ -34,6 +33,7 @@ from hyperpod_debugger.model import (
     TriageReport,
 )
 from hyperpod_debugger.sim import scenarios
+from hyperpod_debugger.sim.lambda_harness import StreamReader, read_emails
 from hyperpod_debugger.sim.slack_sink import SlackSink
 from hyperpod_debugger.store_logic import plan_sweep
 
@@ -109,54 +109,20 @@ def monitor(aws, clients, sink, monkeypatch):
 class Monitor:
     clients: AwsClients
     queue_url: str
-    _seen: int = 0
+    _stream: StreamReader | None = None
 
     @property
     def store(self) -> FindingStore:
         return FindingStore(self.clients, TABLE)
 
     def stream_event(self) -> dict:
-        """Every stream record written since the last call, as Lambda's event source delivers them.
-
-        moto (5.2) keeps the table's stream records but its DynamoDB Streams API answers "Not yet
-        implemented" to the current botocore, so the records are read from moto's backend directly.
-        """
-        from moto.core import DEFAULT_ACCOUNT_ID
-        from moto.dynamodb.models import dynamodb_backends
-
-        table = dynamodb_backends[DEFAULT_ACCOUNT_ID][scenarios.REGION].tables[TABLE]
-        items = table.stream_shard.items
-        fresh, self._seen = items[self._seen :], len(items)
-        records = []
-        for item in fresh:
-            record = copy.deepcopy(item.to_json())
-            record["awsRegion"] = scenarios.REGION
-            record["eventSourceARN"] = (
-                table.latest_stream_label and f"{table.table_arn}/stream/{table.latest_stream_label}"
-            )
-            records.append(record)
-        return json.loads(json.dumps({"Records": records}, default=_json_default))
+        """Every stream record written since the last call, as Lambda's event source delivers them."""
+        if self._stream is None:
+            self._stream = StreamReader(self.clients, TABLE)
+        return self._stream.read()
 
     def emails(self) -> list[dict]:
-        sqs = self.clients.client("sqs")
-        out = []
-        while True:
-            got = sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10).get("Messages", [])
-            if not got:
-                return out
-            for m in got:
-                out.append(json.loads(m["Body"]))
-                sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=m["ReceiptHandle"])
-
-
-def _json_default(value):
-    if isinstance(value, datetime):
-        return int(value.timestamp())
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, bytes):
-        return value.decode()
-    raise TypeError(type(value))
+        return [e.envelope for e in read_emails(self.clients, self.queue_url)]
 
 
 @pytest.fixture

@@ -50,7 +50,9 @@ def finding(**kw) -> Finding:
     return Finding(**base)
 
 
-def report(findings, *, ran=("nodes.health_status",), skipped=(), unknown=(), scope_node=None, error=None):
+def report(
+    findings, *, ran=("nodes.health_status",), skipped=(), unknown=(), scope_node=None, error=None, probed=None
+):
     checks = [CheckCoverage(check=c, status=CheckStatus.RAN) for c in ran]
     checks += [CheckCoverage(check=c, status=CheckStatus.SKIPPED) for c in skipped]
     checks += [CheckCoverage(check=c, status=CheckStatus.UNKNOWN) for c in unknown]
@@ -60,7 +62,7 @@ def report(findings, *, ran=("nodes.health_status",), skipped=(), unknown=(), sc
         cluster=ClusterRef(name="c", arn=ARN, region="us-west-2"),
         scope_node=scope_node,
         findings=list(findings),
-        coverage=Coverage(checks=checks),
+        coverage=Coverage(checks=checks, probed_nodes=probed),
         error=error,
         exit_code=1 if error else TriageReport.exit_code_for(list(findings)),
     )
@@ -235,6 +237,30 @@ def test_a_focused_run_resolves_only_findings_of_its_node():
     )
     plan = sweep(stored, [], now=T0 + timedelta(minutes=5), scope_node=NODE_B)
     assert [c.item.instance_id for c in plan.resolved] == [NODE_B]
+
+
+def test_an_on_node_finding_resolves_only_when_its_node_was_probed():
+    # GIVEN remapped-row findings on two nodes, from their probes
+    ran = ("probe.gpu_row_remap",)
+    a = finding(check="probe.gpu_row_remap", section="G.1.a", instance_id=NODE_A, message="row remap pending")
+    b = finding(check="probe.gpu_row_remap", section="G.1.a", instance_id=NODE_B, message="row remap pending")
+    stored = stored_after(sweep({}, [a, b], ran=ran, probed=[NODE_A, NODE_B]))
+    later = T0 + timedelta(minutes=15)
+
+    # WHEN a later batch probes only node B (the check "ran", but not on A) and B is clean now
+    plan = sweep(stored, [], now=later, ran=ran, probed=[NODE_B])
+
+    # THEN only B's finding resolves; A was not looked at
+    assert [c.item.instance_id for c in plan.resolved] == [NODE_B]
+    # and a report that probed nobody resolves no on-node finding, even though the check is listed as ran
+    assert sweep(stored, [], now=later, ran=ran, probed=None).resolved == []
+    assert sweep(stored, [], now=later, ran=ran, probed=[]).resolved == []
+
+
+def test_api_check_findings_do_not_depend_on_which_nodes_were_probed():
+    stored = stored_after(sweep({}, [finding()]))
+    plan = sweep(stored, [], now=T0 + timedelta(minutes=5), probed=[])
+    assert [c.item.instance_id for c in plan.resolved] == [NODE_A]
 
 
 def test_a_resolved_fingerprint_seen_again_is_reopened_with_its_first_seen():

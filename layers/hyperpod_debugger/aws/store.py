@@ -11,6 +11,9 @@ Item layout (single table, ``pk`` / ``sk`` strings):
   with ``node_pk`` / ``last_seen`` for the ``by_node`` GSI and ``expires_at``.
 * sweep coverage: ``pk=CLUSTER#<arn>``, ``sk=SWEEP#<iso time>``: checks ran / skipped / unknown
   (counts and lists), transitions applied, ``expires_at``.
+* probe rotation: ``pk=CLUSTER#<arn>``, ``sk=PROBED#<instance id>``: when the node's probe document
+  was last evaluated (``probed_at``); ``expires_at`` lets records of departed nodes lapse. Plain
+  puts: the newest time wins and a lost race only moves the node's next probe by one sweep.
 
 A transition writes its finding item and its history item in one transaction. A
 ``ConditionalCheckFailed`` means another writer got there first: the transition is dropped, no
@@ -38,9 +41,14 @@ from hyperpod_debugger.store_logic import (
     Transition,
     TransitionKind,
     iso,
+    parse_iso,
 )
 
 HISTORY_TTL = timedelta(days=90)
+PROBED_TTL = timedelta(days=7)
+#: BatchWriteItem takes at most 25 requests; unprocessed ones are sent again this many times.
+BATCH_WRITE_SIZE = 25
+BATCH_WRITE_ROUNDS = 5
 NODE_INDEX = "by_node"
 CONFLICT_RETRIES = 3
 
@@ -269,7 +277,59 @@ class FindingStore:
             Limit=limit,
         )[:limit]
 
+    def last_probed(self, cluster_arn: str) -> dict[str, datetime]:
+        """Instance id → when its probe document was last evaluated (the sweep's rotation)."""
+        items = self._query(
+            "dynamodb:Query",
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues=typed({":pk": cluster_pk(cluster_arn), ":prefix": "PROBED#"}),
+            ProjectionExpression="sk, probed_at",
+        )
+        out: dict[str, datetime] = {}
+        for item in items:
+            try:
+                out[str(item["sk"]).removeprefix("PROBED#")] = parse_iso(str(item["probed_at"]))
+            except (KeyError, ValueError):
+                continue  # a damaged record only makes that node due again
+        return out
+
     # --- writes --------------------------------------------------------------------------
+
+    def record_probed(self, cluster_arn: str, instance_ids: list[str], now: datetime) -> int:
+        """Remember that these nodes were probed at ``now``; returns how many records were written."""
+        at = iso(now)
+        expires = _epoch(now + PROBED_TTL)
+        requests = [
+            {
+                "PutRequest": {
+                    "Item": typed(
+                        {
+                            "pk": cluster_pk(cluster_arn),
+                            "sk": f"PROBED#{iid}",
+                            "item_type": "PROBED",
+                            "probed_at": at,
+                            "expires_at": expires,
+                        }
+                    )
+                }
+            }
+            for iid in dict.fromkeys(instance_ids)
+        ]
+        written = 0
+        for start in range(0, len(requests), BATCH_WRITE_SIZE):
+            pending = requests[start : start + BATCH_WRITE_SIZE]
+            for attempt in range(BATCH_WRITE_ROUNDS):
+                response = call(
+                    self._ddb, "dynamodb:BatchWriteItem", "batch_write_item", RequestItems={self.table: pending}
+                )
+                left = (response.get("UnprocessedItems") or {}).get(self.table) or []
+                written += len(pending) - len(left)
+                if not left:
+                    break
+                pending = left
+                time.sleep(0.05 * 2**attempt)  # throttled shards: back off before sending the rest
+        return written
+
 
     def apply(self, plan: SweepPlan, now: datetime) -> list[Transition]:
         """Write a plan; return the transitions that happened (heartbeats are written, not returned)."""

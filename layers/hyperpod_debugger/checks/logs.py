@@ -64,7 +64,7 @@ def parse_stream_name(stream: str, prefix: str) -> StreamName:
     instance_id: str | None = None
     if len(parts) >= 3 and parts[0] == prefix:
         group = "/".join(parts[1:-1]) or None
-        if _INSTANCE_ID.match(parts[-1]):
+        if _INSTANCE_ID.fullmatch(parts[-1]):
             instance_id = parts[-1]
     if instance_id is None:
         match = _INSTANCE_ID_ANYWHERE.search(stream)

@@ -38,6 +38,11 @@ class ProbeRun:
     coverage: list[CheckCoverage]
     probes: list[NodeProbe]
 
+    @property
+    def probed(self) -> list[str]:
+        """Nodes whose probe document was evaluated: only their on-node findings may be resolved."""
+        return [p.node.instance_id for p in self.probes if p.doc is not None]
+
 
 def select_nodes(
     nodes: Sequence[ClusterNode], *, focus: str | None, suspects: Sequence[str], max_nodes: int

@@ -1,10 +1,16 @@
-"""The monitor's path in the demo: a HyperPod node-health event → a triage scoped to its node → the
-findings store (DynamoDB on moto) → the Slack and email messages the notifier sends; then the operator
-fixes one problem and the next scheduled sweep resolves it.
+"""The monitor's path in the demo, through the real Lambda handlers of ``functions/monitor``.
 
-It drives the same core the Lambda functions call (``run_triage``, ``plan_sweep``, ``FindingStore``,
-``notify``); the Lambda wiring itself (Powertools, the stream, Secrets Manager, SNS) is exercised by
-``tests/integration/test_functions.py``.
+A HyperPod node-health event goes to ``event_handler`` (a triage scoped to its node, written to the
+findings table on moto); the table's stream records go to ``stream_notifier``, which reads the Slack
+webhook URL from Secrets Manager and posts to a local HTTP sink, and publishes the email to SNS (read
+back through a subscribed SQS queue). The demo prints what Slack and the email show, replays the same
+event to show the idempotency, lets the operator fix one problem, and replays the scheduled sweep
+(``sweep_cluster``, then ``probe_batch`` per batch where the handlers have it, as the Step Functions
+Map does) to show the RESOLVED message.
+
+The handlers live in the repository (``functions/``), not in the installed package: without a
+checkout (or without the ``lambda`` extra) this part is skipped with one line, and the rest of the
+demo runs as before. The handlers take the current time, so this part runs on the real clock.
 """
 
 from __future__ import annotations
@@ -12,25 +18,37 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Mapping
+from datetime import datetime
+from types import ModuleType
 from typing import Any
 
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.aws.store import FindingStore, create_table
-from hyperpod_debugger.model import Tag
-from hyperpod_debugger.notify import Notice, email_text, slack_message
-from hyperpod_debugger.notify.stored import notice_of
+from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.sim.lambda_harness import Email, MonitorHarness, monitor_harness
 from hyperpod_debugger.sim.scenarios import REGION, Demo
-from hyperpod_debugger.store_logic import Transition, plan_sweep
-from hyperpod_debugger.triage import TriageRequest, run_triage
 
-TABLE = "hyperpod-debugger-findings"
 #: The demo probes at the fake service's pace, not at the 3/s a real account allows.
 DEMO_PROBE = ProbeOptions(rate=20.0, timeout=30.0)
 #: The check the operator fixes between the event and the sweep (enableDnsHostnames, § B.2).
 FIXED_CHECK = "vpc.dns"
+EVENT_ID = "5d1c9e0a-3b7f-4c62-8e15-a9d04f7b2c38"
+#: The functions' settings for the demo: probes at the fake Session Manager's pace.
+DEMO_ENV: dict[str, str | None] = {
+    "PROBE_ENABLED": "true",
+    "PROBE_TIMEOUT_S": f"{DEMO_PROBE.timeout:g}",
+    "START_SESSION_RATE": f"{DEMO_PROBE.rate:g}",
+    "SLACK_ATTEMPTS": "2",
+    "SLACK_TIMEOUT_S": "5",
+    # One message per transition, so the demo shows a finding's own message; the stack's default
+    # (10) would group the event's NEW findings into one digest.
+    "DIGEST_THRESHOLD": "30",
+}
+SKIPPED = (
+    "MONITOR: skipped. This part runs the monitor's Lambda handlers (functions/ in the repository, with "
+    "the `lambda` extra): run `make demo` from a checkout of the repository to see it.\n"
+)
 
 
 def node_health_event(demo: Demo, instance_id: str, now: datetime) -> dict[str, Any]:
@@ -38,7 +56,7 @@ def node_health_event(demo: Demo, instance_id: str, now: datetime) -> dict[str, 
     cluster = demo.eks
     return {
         "version": "0",
-        "id": "5d1c9e0a-3b7f-4c62-8e15-a9d04f7b2c38",
+        "id": EVENT_ID,
         "detail-type": "SageMaker HyperPod Cluster Node Health Event",
         "source": "aws.sagemaker",
         "account": cluster.arn.split(":")[4],
@@ -76,28 +94,100 @@ def slack_preview(message: dict[str, Any]) -> list[str]:
     return [f"  │ {line}" for line in lines]
 
 
-def _counts(transitions: Iterable[Transition]) -> str:
-    counted = Counter(t.kind.value for t in transitions)
-    return ", ".join(f"{kind} ×{n}" for kind, n in sorted(counted.items())) or "no change"
+def _handlers() -> ModuleType | None:
+    """``functions.monitor.handlers``, or None without a repository checkout or the ``lambda`` extra."""
+    try:
+        from functions.monitor import handlers
+    except ImportError:
+        return None
+    return handlers
 
 
-def _notices(transitions: Sequence[Transition]) -> list[Notice]:
-    return [notice_of(t.kind, t.at, t.finding, REGION) for t in transitions if t.notify]
+def _counts(counted: Mapping[str, int] | Counter[str]) -> str:
+    return ", ".join(f"{kind} ×{n}" for kind, n in sorted(counted.items()) if n) or "no change"
 
 
-def _show(out: list[str], notice: Notice) -> None:
-    out.append("Slack (Block Kit, as displayed):")
-    out.extend(slack_preview(slack_message(notice, runbook_base_url=None)))
-    subject, body = email_text(notice, runbook_base_url=None)
+def _response(response: Any) -> str:
+    """A handler's response in one line: status and transitions counted by kind."""
+    if not isinstance(response, dict):
+        return repr(response)
+    parts = [f"status={response['status']}"] if "status" in response else []
+    if "transitions" in response:
+        parts.append(f"transitions: {_counts(response.get('transitions') or {})}")
+    if "batchItemFailures" in response:
+        parts.append(f"batchItemFailures: {len(response['batchItemFailures'])}")
+    return ", ".join(parts) or json.dumps(response)
+
+
+def _header(payload: dict[str, Any]) -> str:
+    for block in payload.get("blocks", []):
+        if block.get("type") == "header":
+            return str(block["text"]["text"])
+    return str(payload.get("text", ""))
+
+
+def _urgency(payload: dict[str, Any]) -> tuple[int, int]:
+    """(priority, grade) of a Slack message from its own text: P0 FAIL first, UNKNOWN after FAIL/WARN."""
+    text = "\n".join(line.removeprefix("  │ ") for line in slack_preview(payload))
+    found = re.search(r"^P(\d) (FAIL|WARN|UNKNOWN)\b", text, re.M)  # the "Priority" field
+    if not found:
+        return (9, 9)
+    return (int(found.group(1)), ("FAIL", "WARN", "UNKNOWN").index(found.group(2)))
+
+
+def _email_for(payload: dict[str, Any], emails: list[Email], index: int) -> Email | None:
+    """The email sent with a Slack message: the one whose body names the same finding. The notifier
+    sends each message's email just before its Slack post, so the position breaks a tie."""
+    finding = _header(payload).split(": ", 1)[-1][:60]
+    matching = [e for e in emails if finding and finding in e.message]
+    if index < len(emails) and emails[index] in matching:
+        return emails[index]
+    return matching[0] if matching else None
+
+
+def _show_slack(out: list[str], payload: dict[str, Any]) -> None:
+    out.append("Slack (Block Kit, as the sink received it and Slack displays it):")
+    out.extend(slack_preview(payload))
     out.append("")
-    out.append(f"Email (SNS) — Subject: {subject}")
-    out.extend(f"  │ {line}" for line in body.splitlines())
+
+
+def _show_email(out: list[str], email: Email) -> None:
+    out.append(f"Email (SNS, read back from the subscribed queue) — Subject: {email.subject}")
+    out.extend(f"  │ {line}" for line in email.message.splitlines())
     out.append("")
 
 
-def _urgency(notice: Notice) -> tuple[str, bool, str]:
-    f = notice.finding
-    return (f.priority.value if f.priority else "P9", f.tag is not Tag.FAIL, f.check)
+def _notify(monitor: MonitorHarness, handlers: ModuleType) -> tuple[int, Any, list[dict[str, Any]], list[Email]]:
+    """Deliver the stream's new records to the notifier: (records, response, Slack payloads, emails)."""
+    before = len(monitor.sink.received)
+    event = monitor.stream_event()
+    records = len(event["Records"])
+    response = monitor.invoke(handlers.stream_notifier, event) if records else None
+    return records, response, monitor.sink.received[before:], monitor.emails()
+
+
+def _triage_runs(monitor: MonitorHarness) -> int:
+    return sum(1 for line in monitor.logs if line.get("message") == "triage applied")
+
+
+def _sweep(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now: datetime) -> tuple[list[str], Counter[str]]:
+    """The scheduled sweep of one cluster as Step Functions runs it: ``sweep_cluster``, then
+    ``probe_batch`` for each batch it returns (where the handlers split the sweep that way)."""
+    cluster = demo.eks
+    request = {"cluster_arn": cluster.arn, "cluster_name": cluster.name, "sweep_id": f"sweep-{now:%Y%m%dT%H%M%SZ}"}
+    response = monitor.invoke(handlers.sweep_cluster, request)
+    lines = [f"   sweep_cluster → {_response(response)}"]
+    transitions: Counter[str] = Counter(response.get("transitions") or {}) if isinstance(response, dict) else Counter()
+    probe_batch = getattr(handlers, "probe_batch", None)
+    batches = response.get("batches", []) if isinstance(response, dict) else []
+    if probe_batch is not None:
+        for batch in batches:
+            answer = monitor.invoke(probe_batch, batch)
+            nodes = len(batch.get("nodes") or [])
+            lines.append(f"   probe_batch ({nodes} node(s)) → {_response(answer)}")
+            if isinstance(answer, dict):
+                transitions.update(answer.get("transitions") or {})
+    return lines, transitions
 
 
 def _vpc_of(message: str) -> str | None:
@@ -106,58 +196,113 @@ def _vpc_of(message: str) -> str | None:
 
 
 def monitor_walkthrough(clients: AwsClients, demo: Demo, now: datetime) -> str:
-    out: list[str] = ["MONITOR: event → triage → findings store → Slack and email → resolution", ""]
-    create_table(clients, TABLE)
-    store = FindingStore(clients, TABLE)
+    """The monitor's path, event to resolution, through the Lambda handlers; the text to print."""
+    handlers = _handlers()
+    if handlers is None:
+        return SKIPPED
+    with monitor_harness(clients, env=DEMO_ENV) as monitor:
+        return _walkthrough(monitor, handlers, demo, now)
+
+
+def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now: datetime) -> str:
+    resources = monitor.resources
+    out: list[str] = [
+        "MONITOR: the Lambda handlers on the simulated account: EventBridge → event_handler → findings table "
+        "→ stream → stream_notifier → Slack and email → resolution",
+        f"   (DynamoDB {resources.findings_table!r} with its stream, idempotency table "
+        f"{resources.idempotency_table!r}, Slack webhook URL in secret {resources.secret_name!r} → a local HTTP "
+        f"sink, SNS topic {resources.topic_arn.rsplit(':', 1)[-1]!r} → a subscribed SQS queue)",
+        "",
+    ]
     cluster = demo.eks
     instance_id = cluster.nodes["gpu-workers"][0]
+    store = FindingStore(monitor.clients, resources.findings_table)
 
-    # 1. the event
+    # 1. the event → event_handler
     event = node_health_event(demo, instance_id, now)
-    out.append("1. EventBridge delivers a HyperPod node-health event to the event handler:")
+    out.append("1. EventBridge delivers a HyperPod node-health event to event_handler:")
     out.extend(f"  │ {line}" for line in json.dumps(event, indent=2).splitlines())
-    out.append("")
-
-    # 2. scoped triage → store
-    scoped = TriageRequest(
-        cluster=cluster.arn, region=REGION, node=instance_id, now=now, probe=True, probe_options=DEMO_PROBE
-    )
-    report = run_triage(scoped)
-    first = store.apply(plan_sweep(store.open_findings(cluster.arn), report, now), now)
+    first = monitor.invoke(handlers.event_handler, event)
     out.append(
-        f"2. Triage scoped to {instance_id} (cluster checks + its on-node probe) wrote to the findings table "
-        f"{TABLE!r}: {_counts(first)}."
+        f"   event_handler → {_response(first)} (a triage scoped to {instance_id}: cluster checks and "
+        "its on-node probe, written to the findings table)"
     )
-    notices = sorted(_notices(first), key=_urgency)
-    out.append(f"   The stream notifier sends one message per transition ({len(notices)}); the most urgent:")
     out.append("")
-    if notices:
-        _show(out, notices[0])
 
-    # 3. the operator fixes one problem; the next sweep resolves it
-    dns = next((t for t in first if t.finding.check == FIXED_CHECK), None)
-    vpc_id = _vpc_of(dns.finding.message) if dns else None
-    if vpc_id is None:
-        out.append("3. (no DNS finding to fix in this run; resolution step skipped)")
-        return "\n".join(out) + "\n"
-    suggested = [c["command"] for c in dns.finding.suggested_commands if c.get("mutates")]
-    command = suggested[0] if suggested else f"aws ec2 modify-vpc-attribute --vpc-id {vpc_id} --enable-dns-hostnames"
-    out.append(f"3. The operator runs the suggested command themselves (this tool never does): {command}")
-    clients.client("ec2").modify_vpc_attribute(VpcId=vpc_id, EnableDnsHostnames={"Value": True})
-    later = now + timedelta(minutes=15)
-    sweep = run_triage(
-        TriageRequest(cluster=cluster.arn, region=REGION, now=later, probe=True, probe_options=DEMO_PROBE)
+    # 2. the stream → stream_notifier → Slack sink and SNS → SQS
+    records, answer, payloads, emails = _notify(monitor, handlers)
+    out.append(
+        f"2. The table's stream delivers {records} record(s) to stream_notifier → {_response(answer)}. "
+        f"The Slack sink received {len(payloads)} payload(s); {len(emails)} email(s) arrived in the queue."
     )
-    second = store.apply(plan_sweep(store.open_findings(cluster.arn), sweep, later), later)
-    out.append(f"   The scheduled sweep 15 minutes later (whole cluster): {_counts(second)}.")
-    resolved = [n for n in _notices(second) if n.transition == "RESOLVED"]
+    out.append(
+        f"   (one message per transition: the demo sets DIGEST_THRESHOLD={DEMO_ENV['DIGEST_THRESHOLD']}; with the "
+        "stack's default of 10, more NEW findings of one cluster than that arrive as one digest)"
+    )
+    if payloads:
+        top = min(range(len(payloads)), key=lambda i: _urgency(payloads[i]))
+        out.append("   The most urgent:")
+        out.append("")
+        _show_slack(out, payloads[top])
+        email = _email_for(payloads[top], emails, top)
+        if email is not None:
+            _show_email(out, email)
+    elif emails:
+        _show_email(out, emails[0])
+
+    # 3. the same event again: idempotent on the EventBridge id
+    runs = _triage_runs(monitor)
+    again = monitor.invoke(handlers.event_handler, event)
+    records, _, payloads, emails = _notify(monitor, handlers)
+    ran = _triage_runs(monitor) - runs
+    out.append(
+        f"3. EventBridge delivers the same event again (id {event['id']}): event_handler → {_response(again)}, "
+        "the first run's response from the idempotency table."
+    )
+    out.append(
+        f"   Triages run: {ran}; new stream records: {records}; new Slack payloads: {len(payloads)}; "
+        f"new emails: {len(emails)}."
+    )
     out.append("")
-    for notice in resolved:
-        _show(out, notice)
+
+    # 4. the operator fixes one problem themselves
+    dns = next((f for f in store.open_findings(cluster.arn).values() if f.check == FIXED_CHECK), None)
+    vpc_id = _vpc_of(dns.message) if dns else None
+    if dns is None or vpc_id is None:
+        out.append("4. (no DNS finding to fix in this run; resolution step skipped)")
+        return "\n".join(out) + "\n"
+    suggested = [c["command"] for c in dns.suggested_commands if c.get("mutates")]
+    command = suggested[0] if suggested else f"aws ec2 modify-vpc-attribute --vpc-id {vpc_id} --enable-dns-hostnames"
+    out.append(f"4. The operator runs the suggested command themselves (this tool never does): {command}")
+    monitor.clients.client("ec2").modify_vpc_attribute(VpcId=vpc_id, EnableDnsHostnames={"Value": True})
+    out.append("")
+
+    # 5. the scheduled sweep, replayed now instead of waiting for the next one
+    out.append(
+        "5. The scheduled sweep (every 15 minutes; replayed now rather than waited for) runs through the handlers, "
+        "as the Step Functions Map invokes them:"
+    )
+    lines, transitions = _sweep(monitor, handlers, demo, now)
+    out.extend(lines)
+    out.append(f"   The sweep's transitions (whole cluster): {_counts(transitions)}.")
+    records, answer, payloads, emails = _notify(monitor, handlers)
+    out.append(
+        f"   The stream delivers {records} record(s) to stream_notifier → {_response(answer)}. "
+        f"The Slack sink received {len(payloads)} more payload(s); {len(emails)} more email(s) arrived."
+    )
+    out.append("")
+    for payload in payloads:
+        if _header(payload).startswith("✅ Resolved"):
+            _show_slack(out, payload)
+    for email in emails:
+        if email.subject.startswith("[HyperPod] Resolved"):
+            _show_email(out, email)
+
+    # 6. the history
     history = store.open_findings(cluster.arn, include_resolved=True)
     states = Counter(f.state.value for f in history.values())
     out.append(
-        "4. Findings history for the cluster (DynamoDB): "
+        "6. Findings history for the cluster (DynamoDB): "
         + ", ".join(f"{state} ×{n}" for state, n in sorted(states.items()))
     )
     return "\n".join(out) + "\n"

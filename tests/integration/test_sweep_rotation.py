@@ -1,0 +1,196 @@
+"""The sweep's two steps through the real handlers: the cluster step plans probe batches, each batch is
+probed through the fake Session Manager agent, and the store keeps what only a probe can tell."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pytest
+
+from functions.monitor import handlers
+from functions.shared import env as env_module
+from hyperpod_debugger.aws.clients import AwsClients
+from hyperpod_debugger.aws.store import FindingStore, create_table
+from hyperpod_debugger.sim import scenarios
+from hyperpod_debugger.sim.fake_k8s import FakeKubernetes
+from hyperpod_debugger.sim.fake_ssm import FakeSsm
+from hyperpod_debugger.sim.server import simulated_aws
+from hyperpod_debugger.store_logic import State
+
+TABLE = "hyperpod-findings-rotation"
+
+
+@dataclass
+class LambdaContext:
+    function_name: str = "hyperpod-sweep"
+    memory_limit_in_mb: int = 1024
+    invoked_function_arn: str = "arn:aws:lambda:us-west-2:111122223333:function:hyperpod-sweep"
+    aws_request_id: str = "0c9e6a4e-0000-4000-8000-000000000002"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 600_000
+
+
+@pytest.fixture(scope="module")
+def _world():
+    now = datetime.now(UTC)
+    with (
+        simulated_aws() as endpoint,
+        FakeSsm(start_session_rate=50.0) as ssm,
+        FakeKubernetes(cluster_name=f"{scenarios.EKS_CLUSTER}-eks") as kube,
+    ):
+        clients = AwsClients(scenarios.REGION, max_attempts=1)
+        demo = scenarios.seed_demo(clients, now)
+        scenarios.register_probe_nodes(ssm, demo, now)
+        scenarios.register_kubernetes(kube, demo)
+        yield demo, ssm, endpoint
+
+
+@pytest.fixture
+def world(_world, monkeypatch):
+    demo, ssm, endpoint = _world
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SSM", ssm.endpoint_url)
+    clients = AwsClients(scenarios.REGION, max_attempts=1)
+    ddb = clients.client("dynamodb")
+    if TABLE in ddb.list_tables()["TableNames"]:
+        ddb.delete_table(TableName=TABLE)
+    create_table(clients, TABLE)
+    for name, value in {
+        "AWS_REGION": scenarios.REGION,
+        "FINDINGS_TABLE": TABLE,
+        "PROBE_ENABLED": "true",
+        "START_SESSION_RATE": "50",
+        "PROBE_TIMEOUT_S": "10",
+        "PROBE_BATCH_SIZE": "2",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    env_module.clear_env_cache()
+    yield demo, FindingStore(clients, TABLE)
+    env_module.clear_env_cache()
+    assert ssm.wait_idle() and ssm.open_sessions() == 0
+
+
+def sweep_input(cluster) -> dict:
+    return {"cluster_name": cluster.name, "cluster_arn": cluster.arn, "sweep_id": "sweep-1"}
+
+
+def batch_nodes(batch: dict) -> list[str]:
+    return [n["instance_id"] for n in batch["nodes"]]
+
+
+def test_cluster_step_plans_batches_of_running_nodes_without_probing_them(world):
+    demo, store = world
+    cluster = demo.eks
+
+    result = handlers.sweep_cluster(sweep_input(cluster), LambdaContext())
+
+    assert result["status"] == "processed" and result["cluster_arn"] == cluster.arn
+    batches = result["batches"]
+    assert batches and all(1 <= len(b["nodes"]) <= 2 for b in batches)  # PROBE_BATCH_SIZE
+    assert all(b["cluster_arn"] == cluster.arn and b["sweep_id"] == "sweep-1" for b in batches)
+    planned = [iid for b in batches for iid in batch_nodes(b)]
+    assert len(planned) == len(set(planned)) == result["rotation"]["planned"]
+    running = {n["instance_id"] for b in batches for n in b["nodes"] if n["status"] == "Running"}
+    assert running == set(planned)  # only Running nodes are planned
+    # the cluster step itself probed nothing: no on-node finding and no probe record yet
+    assert not any(f.check.startswith("probe.") for f in store.open_findings(cluster.arn).values())
+    assert store.last_probed(cluster.arn) == {}
+
+
+def test_probe_batches_store_on_node_findings_and_the_rotation_clock(world):
+    demo, store = world
+    cluster = demo.eks
+    plan = handlers.sweep_cluster(sweep_input(cluster), LambdaContext())
+
+    results = [handlers.probe_batch(b, LambdaContext()) for b in plan["batches"]]
+
+    assert all(r["status"] == "processed" for r in results)
+    stored = store.open_findings(cluster.arn)
+    faulty = scenarios.PROBE_FAULTS
+    xid_node = cluster.nodes["gpu-workers"][1]  # xid79 twice (see scenarios.PROBE_FAULTS)
+    assert ("xid79_twice", "gpu_missing") == faulty[(scenarios.EKS_CLUSTER, "gpu-workers", 1)]
+    assert any(f.check == "probe.xid" and f.instance_id == xid_node for f in stored.values())
+    probed = store.last_probed(cluster.arn)
+    assert xid_node in probed
+    # the system node has no agent behind the fake Session Manager: unknown, never "probed"
+    system = cluster.nodes["system"][0]
+    planned = {iid for b in plan["batches"] for iid in batch_nodes(b)}
+    assert system in planned and system not in probed
+    assert any(f.check == "probe.session" and f.instance_id == system for f in stored.values())
+    assert sum(r["probed"] for r in results) == len(probed)
+
+
+def test_a_batch_resolves_nothing_on_nodes_it_did_not_probe(world):
+    demo, store = world
+    cluster = demo.eks
+    plan = handlers.sweep_cluster(sweep_input(cluster), LambdaContext())
+    for batch in plan["batches"]:
+        handlers.probe_batch(batch, LambdaContext())
+    xid_node = cluster.nodes["gpu-workers"][1]
+    other = cluster.nodes["gpu-workers"][0]
+    before = {fp for fp, f in store.open_findings(cluster.arn).items() if f.instance_id == xid_node}
+    assert before
+
+    # WHEN a later batch probes only another node
+    [descriptor] = [n for b in plan["batches"] for n in b["nodes"] if n["instance_id"] == other]
+    result = handlers.probe_batch(
+        {"cluster_arn": cluster.arn, "cluster_name": cluster.name, "sweep_id": "sweep-2", "nodes": [descriptor]},
+        LambdaContext(),
+    )
+
+    # THEN the first node's on-node findings stay open
+    assert result["status"] == "processed" and result["probed"] == 1
+    assert not result["transitions"].get("RESOLVED")
+    after = store.open_findings(cluster.arn)
+    assert before <= set(after) and all(after[fp].state is State.OPEN for fp in before)
+
+
+def test_the_next_sweep_plans_the_nodes_the_last_one_did_not_reach(world, monkeypatch):
+    demo, store = world
+    cluster = demo.slurm  # two Running nodes: a g5 worker and the c5 controller
+    monkeypatch.setenv("PROBE_MAX_NODES", "1")  # one node per sweep (suspects get at most half: none)
+    monkeypatch.setenv("SWEEP_INTERVAL_S", "60")
+    monkeypatch.setenv("PROBE_PERIOD_S", "3600")
+    env_module.clear_env_cache()
+
+    rounds: list[list[str]] = []
+    for _ in range(2):
+        plan = handlers.sweep_cluster(sweep_input(cluster), LambdaContext())
+        assert plan["status"] == "processed"
+        for batch in plan["batches"]:
+            handlers.probe_batch(batch, LambdaContext())
+        rounds.append([iid for b in plan["batches"] for iid in batch_nodes(b)])
+
+    worker = cluster.nodes["worker-group-1"][0]
+    controller = cluster.nodes["controller-machine"][0]
+    # the accelerator node first, then the one the first sweep could not reach; both are now on the clock
+    assert rounds == [[worker], [controller]]
+    assert set(store.last_probed(cluster.arn)) == {worker, controller}
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        {"cluster_arn": "arn:aws:sagemaker:us-west-2:111122223333:cluster/abcdefghijkl", "nodes": []},
+        {"cluster_arn": "not-an-arn", "nodes": [{"instance_id": "i-0123456789abcdef0"}]},
+        {"cluster_arn": "arn:aws:sagemaker:us-west-2:111122223333:cluster/abcdefghijkl", "nodes": [{"group": "g"}]},
+        "not an object",
+    ],
+)
+def test_a_malformed_batch_is_rejected_without_raising(world, batch):
+    result = handlers.probe_batch(batch, LambdaContext())
+    assert result["status"] == "rejected" and result["errors"]
+
+
+def test_probing_disabled_plans_no_batches(world, monkeypatch):
+    demo, store = world
+    monkeypatch.setenv("PROBE_ENABLED", "false")
+    env_module.clear_env_cache()
+
+    result = handlers.sweep_cluster(sweep_input(demo.eks), LambdaContext())
+
+    assert result["status"] == "processed" and result["batches"] == [] and result["rotation"] is None
+
