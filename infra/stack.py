@@ -16,6 +16,7 @@ from infra import constants as c
 from infra.constructs.detection import Detection
 from infra.constructs.findings import FindingsStore
 from infra.constructs.hma_subscription import HmaSubscription, cluster_log_groups
+from infra.constructs.kubernetes_access import KubernetesReadAccess
 from infra.constructs.notifications import Notifications
 from infra.constructs.sweep import Sweep, SweepBudget
 
@@ -127,8 +128,19 @@ class HyperPodDebuggerStack(cdk.Stack):
             log_retention=retention,
         )
         self.hma_subscription = self._build_hma_subscription(allowlist, retention)
+        self.kubernetes_access = self._build_kubernetes_access()
         self._build_outputs()
         self._add_security_checks()
+
+    def _build_kubernetes_access(self) -> KubernetesReadAccess | None:
+        """Read-only access entries on the listed EKS clusters for every function that runs a triage."""
+        clusters = _context_list(self, c.CTX_EKS_CLUSTERS)
+        if not clusters:
+            return None
+        readers = {"EventHandler": self.detection.function.role, "SweepCluster": self.sweep.function.role}
+        if self.hma_subscription is not None:
+            readers["LogSubscription"] = self.hma_subscription.function.role
+        return KubernetesReadAccess(self, "KubernetesReadAccess", eks_clusters=clusters, readers=readers)
 
     def _build_hma_subscription(self, allowlist: list[str], retention: logs.RetentionDays) -> HmaSubscription | None:
         """A subscription filter per listed cluster log group (at most 2 filters per group in CloudWatch Logs)."""

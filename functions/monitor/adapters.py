@@ -1,4 +1,5 @@
-"""The monitor's adapters: Secrets Manager (the Slack webhook URL), Slack, SNS, and the idempotency store.
+"""The monitor's adapters: Secrets Manager (the Slack webhook URL), Slack, SNS, the idempotency store and
+the notifier's delivery ledger.
 
 Every boto3 client comes from :class:`hyperpod_debugger.aws.clients.AwsClients`, built lazily (never
 at import). The webhook URL is a secret: it is never logged, and errors name only a hash of it.
@@ -7,6 +8,9 @@ at import). The webhook URL is a secret: it is never logged, and errors name onl
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -81,3 +85,71 @@ class AwsChannels:
             self._clients.client("sns").publish(TopicArn=self._topic_arn, Subject=subject, Message=body)
         except (ClientError, BotoCoreError) as exc:
             raise ChannelError(f"sns: {type(exc).__name__}") from None
+
+
+class DeliveryLedger:
+    """Which channel already carried which stream record, kept in the idempotency table.
+
+    One item per (channel, record): ``id = sent#<channel>#<sequence number>`` with the table's TTL
+    attribute two days out (a stream record lives one). Read once per batch (BatchGetItem), written after
+    each successful send (BatchWriteItem). The ledger only ever saves a duplicate: when it cannot be
+    read or written the message is sent again, never dropped.
+    """
+
+    TTL = timedelta(days=2)
+    _GET_CHUNK = 100
+    _PUT_CHUNK = 25
+    _ROUNDS = 3
+
+    def __init__(self, clients: AwsClients, table_name: str, channels: Sequence[str] = ("sns", "slack")) -> None:
+        self._ddb = clients.client("dynamodb")
+        self._table = table_name
+        self._channels = tuple(channels)
+        self._known: set[str] = set()
+        self.errors: list[str] = []
+
+    @staticmethod
+    def _id(channel: str, record_id: str) -> str:
+        return f"sent#{channel}#{record_id}"
+
+    def load(self, record_ids: Sequence[str]) -> None:
+        ids = [self._id(ch, rid) for rid in dict.fromkeys(record_ids) if rid for ch in self._channels]
+        for start in range(0, len(ids), self._GET_CHUNK):
+            keys = [{"id": {"S": i}} for i in ids[start : start + self._GET_CHUNK]]
+            for attempt in range(self._ROUNDS):
+                try:
+                    response = self._ddb.batch_get_item(
+                        RequestItems={self._table: {"Keys": keys, "ProjectionExpression": "id"}}
+                    )
+                except (ClientError, BotoCoreError) as exc:
+                    self.errors.append(f"read: {type(exc).__name__}")
+                    break
+                for item in response.get("Responses", {}).get(self._table, []):
+                    self._known.add(item["id"]["S"])
+                keys = (response.get("UnprocessedKeys") or {}).get(self._table, {}).get("Keys") or []
+                if not keys:
+                    break
+                time.sleep(0.05 * 2**attempt)
+
+    def sent(self, channel: str, record_ids: Sequence[str]) -> bool:
+        return bool(record_ids) and all(self._id(channel, rid) in self._known for rid in record_ids)
+
+    def mark(self, channel: str, record_ids: Sequence[str]) -> None:
+        expires = int((datetime.now(UTC) + self.TTL).timestamp())
+        fresh = [self._id(channel, rid) for rid in dict.fromkeys(record_ids) if rid]
+        self._known.update(fresh)
+        for start in range(0, len(fresh), self._PUT_CHUNK):
+            requests = [
+                {"PutRequest": {"Item": {"id": {"S": i}, "expiration": {"N": str(expires)}}}}
+                for i in fresh[start : start + self._PUT_CHUNK]
+            ]
+            for attempt in range(self._ROUNDS):
+                try:
+                    response = self._ddb.batch_write_item(RequestItems={self._table: requests})
+                except (ClientError, BotoCoreError) as exc:
+                    self.errors.append(f"write: {type(exc).__name__}")
+                    break
+                requests = (response.get("UnprocessedItems") or {}).get(self._table) or []
+                if not requests:
+                    break
+                time.sleep(0.05 * 2**attempt)

@@ -28,7 +28,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
 from functions.monitor import hma_logs, logic
-from functions.monitor.adapters import AwsChannels, idempotency_store
+from functions.monitor.adapters import AwsChannels, DeliveryLedger, idempotency_store
 from functions.shared.env import MonitorEnv, SweepEnv, monitor_env, notifier_env, sweep_env
 from functions.shared.events import (
     ClusterEvent,
@@ -347,6 +347,10 @@ def stream_notifier(event: dict[str, Any], context: LambdaContext) -> dict[str, 
         slack_attempts=env.SLACK_ATTEMPTS,
         slack_timeout=env.SLACK_TIMEOUT_S,
     )
+    ledger: logic.Ledger = logic.NoLedger()
+    if env.IDEMPOTENCY_TABLE:
+        ledger = DeliveryLedger(AwsClients(env.AWS_REGION), env.IDEMPOTENCY_TABLE)
+        ledger.load([rid for d in deliveries for rid in d.record_ids])
     outcome: dict[str, logic.DeliveryFailed | None] = {}
 
     def record_handler(record: DynamoDBRecord) -> None:
@@ -359,11 +363,15 @@ def stream_notifier(event: dict[str, Any], context: LambdaContext) -> dict[str, 
         if delivery.key not in outcome:
             message = logic.render(delivery, region=env.AWS_REGION, runbook_base_url=env.RUNBOOK_BASE_URL)
             try:
-                logic.deliver(delivery, message, channels)
+                used = logic.deliver(delivery, message, channels, ledger)
                 outcome[delivery.key] = None
                 metrics.add_metric(name=f"Notifications{delivery.kind.title()}", unit=MetricUnit.Count, value=1)
                 logger.info(
-                    "notification sent", delivery=delivery.key, kind=delivery.kind, records=len(delivery.changes)
+                    "notification sent",
+                    delivery=delivery.key,
+                    kind=delivery.kind,
+                    records=len(delivery.changes),
+                    channels=used,
                 )
             except logic.DeliveryFailed as exc:
                 outcome[delivery.key] = exc
@@ -373,7 +381,13 @@ def stream_notifier(event: dict[str, Any], context: LambdaContext) -> dict[str, 
         if failed is not None:
             raise failed
 
-    return process_partial_response(event=event, record_handler=record_handler, processor=_processor, context=context)
+    response = process_partial_response(
+        event=event, record_handler=record_handler, processor=_processor, context=context
+    )
+    if isinstance(ledger, DeliveryLedger) and ledger.errors:
+        # Not fatal: at worst a retried record is sent again on a channel that already carried it.
+        logger.warning("delivery ledger unavailable", errors=ledger.errors[:5])
+    return response
 
 
 # --------------------------------------------------------------------------- HMA log subscription

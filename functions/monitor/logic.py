@@ -297,22 +297,51 @@ class DeliveryFailed(Exception):
         self.failures = failures
 
 
-def deliver(delivery: Delivery, message: Message, channels: Channels) -> None:
-    """Send ``message`` on every channel; raise :class:`DeliveryFailed` naming those that failed.
+class Ledger(Protocol):
+    """Which channels already carried which stream records (so a retried batch does not send twice)."""
 
-    One channel failing never keeps the other from sending (Slack down still sends the email).
+    def sent(self, channel: str, record_ids: Sequence[str]) -> bool: ...
+
+    def mark(self, channel: str, record_ids: Sequence[str]) -> None: ...
+
+
+class NoLedger:
+    """Remembers nothing: every attempt sends on every channel."""
+
+    def sent(self, channel: str, record_ids: Sequence[str]) -> bool:
+        return False
+
+    def mark(self, channel: str, record_ids: Sequence[str]) -> None:
+        return None
+
+
+def deliver(delivery: Delivery, message: Message, channels: Channels, ledger: Ledger | None = None) -> list[str]:
+    """Send ``message`` on every channel that has not carried it yet; return the channels used.
+
+    Raises :class:`DeliveryFailed` naming the channels that failed. One channel failing never keeps the
+    other from sending (Slack down still sends the email), and with a ledger the retry of the stream
+    record sends only on the channel that failed: the email does not go out twice.
     """
+    ledger = ledger or NoLedger()
     failures: dict[str, str] = {}
-    try:
-        channels.email(message.subject, message.body)
-    except ChannelError as exc:
-        failures["sns"] = str(exc)
-    try:
-        channels.slack(message.slack)
-    except ChannelError as exc:
-        failures["slack"] = str(exc)
+    used: list[str] = []
+    sends: list[tuple[str, Callable[[], None]]] = [
+        ("sns", lambda: channels.email(message.subject, message.body)),
+        ("slack", lambda: channels.slack(message.slack)),
+    ]
+    for name, send in sends:
+        if ledger.sent(name, delivery.record_ids):
+            continue
+        try:
+            send()
+        except ChannelError as exc:
+            failures[name] = str(exc)
+            continue
+        used.append(name)
+        ledger.mark(name, delivery.record_ids)
     if failures:
         raise DeliveryFailed(delivery.key, failures)
+    return used
 
 
 __all__ = [
@@ -322,7 +351,9 @@ __all__ = [
     "Delivery",
     "DeliveryFailed",
     "FindingsPort",
+    "Ledger",
     "Message",
+    "NoLedger",
     "RotationSettings",
     "StreamChange",
     "change_of",

@@ -51,6 +51,8 @@ class NotifierEnv(_Env, Runbook):
 
     SLACK_SECRET_NAME: str | None = None
     ALERT_TOPIC_ARN: str | None = None
+    #: Where the notifier remembers which channel carried which record (no ledger: a retry resends all).
+    IDEMPOTENCY_TABLE: str | None = None
     #: More NEW findings of one cluster than this in one batch: one digest instead.
     DIGEST_THRESHOLD: PositiveInt = 10
     #: At least this many NEW findings of one check in one cluster: one circuit-breaker alert.

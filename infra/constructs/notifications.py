@@ -108,7 +108,6 @@ class Notifications(Construct):
             timeout=cdk.Duration.minutes(2),
             memory_size=256,
             environment={
-                "FINDINGS_TABLE": table.table_name,
                 "IDEMPOTENCY_TABLE": idempotency_table.table_name,
                 "ALERT_TOPIC_ARN": self.topic.topic_arn,
                 "SLACK_SECRET_NAME": self.slack_secret.secret_name,
@@ -128,13 +127,9 @@ class Notifications(Construct):
                     resources=[f"{self.slack_secret.secret_arn}-??????"],
                 ),
                 iam.PolicyStatement(
-                    sid="RecordNotified",
-                    actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
-                    resources=[table.table_arn],
-                ),
-                iam.PolicyStatement(
-                    sid="Idempotency",
-                    actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"],
+                    # the delivery ledger: which channel already carried which stream record
+                    sid="DeliveryLedger",
+                    actions=["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"],
                     resources=[idempotency_table.table_arn],
                 ),
             ],

@@ -159,6 +159,8 @@ class StoredFinding:
     #: Optimistic-locking version of the stored item; every write adds one.
     version: int = 0
     acknowledged_by: str | None = None
+    #: The cluster's name when the finding was stored (alerts name clusters the way people do).
+    cluster_name: str | None = None
 
     @property
     def node(self) -> str:
@@ -256,10 +258,11 @@ def sweep_coverage(report: TriageReport) -> SweepCoverage:
     )
 
 
-def _image(fp: str, cluster: str, finding: Finding, now: str) -> StoredFinding:
+def _image(fp: str, cluster: str, finding: Finding, now: str, cluster_name: str | None = None) -> StoredFinding:
     return StoredFinding(
         fingerprint=fp,
         cluster_arn=cluster,
+        cluster_name=finding.cluster_name or cluster_name,
         instance_id=finding.instance_id,
         check=finding.check,
         section=finding.section,
@@ -290,6 +293,7 @@ def _seen_again(previous: StoredFinding, finding: Finding, now: str, state: Stat
         suggested_commands=tuple(c.model_dump(mode="json") for c in finding.suggested_commands),
         version=previous.version + 1,
         acknowledged_by=previous.acknowledged_by if state is State.ACKNOWLEDGED else None,
+        cluster_name=previous.cluster_name or finding.cluster_name,
     )
 
 
@@ -328,7 +332,7 @@ def plan_sweep(
     for fp, finding in current.items():
         previous = previous_open.get(fp)
         if previous is None:
-            plan.new.append(PlannedChange(TransitionKind.NEW, _image(fp, cluster, finding, at)))
+            plan.new.append(PlannedChange(TransitionKind.NEW, _image(fp, cluster, finding, at, report.cluster.name)))
         elif previous.state is State.RESOLVED:
             plan.reopened.append(
                 PlannedChange(TransitionKind.REOPENED, _seen_again(previous, finding, at, State.OPEN), previous)

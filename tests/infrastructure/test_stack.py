@@ -362,7 +362,8 @@ ALLOWED_VERBS = READ_VERBS + (
     "UpdateItem",
     "DeleteItem",
     "TransactWriteItems",
-    "BatchWriteItem",  # the probe rotation's last-probed records, on our own table only
+    "BatchWriteItem",  # the probe rotation's last-probed records and the notifier's ledger, our tables only
+    "BatchGetItem",  # the notifier's delivery ledger, on the idempotency table only
     "Publish",
     "SendMessage",
 )
@@ -447,6 +448,23 @@ def test_notifier_has_no_hyperpod_or_ssm_access(template: Template):
         a for p in notifier_policies for s in p["Properties"]["PolicyDocument"]["Statement"] for a in _actions(s)
     ]
     assert not [a for a in actions if a.split(":")[0] in {"sagemaker", "ec2", "eks", "ssm", "ssmmessages"}]
+
+
+def test_notifier_touches_dynamodb_only_for_its_delivery_ledger(template: Template):
+    policies = [
+        r for k, r in template.find_resources("AWS::IAM::Policy").items() if k.startswith("NotificationsStreamNotifier")
+    ]
+    statements = [s for p in policies for s in p["Properties"]["PolicyDocument"]["Statement"]]
+
+    def on_stream(statement) -> bool:  # the event source mapping reads the stream (generated default policy)
+        resource = statement.get("Resource")
+        return isinstance(resource, dict) and resource.get("Fn::GetAtt", [None, None])[1] == "StreamArn"
+
+    dynamo = [s for s in statements if any(a.startswith("dynamodb:") for a in _actions(s)) and not on_stream(s)]
+    assert [(s.get("Sid"), sorted(_actions(s))) for s in dynamo] == [
+        ("DeliveryLedger", ["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"])
+    ]
+    assert dynamo[0]["Resource"]["Fn::GetAtt"][0].startswith("FindingsStoreIdempotency")
 
 
 # --- cdk-nag ----------------------------------------------------------------------------------------------

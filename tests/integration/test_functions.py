@@ -306,6 +306,39 @@ def test_slack_down_fails_only_that_record_and_email_is_still_sent(monitor, sink
     assert len(sink.received) == 1
 
 
+def test_retrying_the_failed_record_sends_slack_only_not_a_second_email(monitor, sink, lambda_context):
+    # GIVEN a finding whose Slack message failed while its email went out
+    seed_findings(monitor.store, [finding("gpu.xid", node(1))], {"gpu.xid"})
+    stream = monitor.stream_event()
+    sink.fail_next(1, status=503)
+    first = handlers.stream_notifier(stream, lambda_context)
+    assert len(first["batchItemFailures"]) == 1
+    assert len(monitor.emails()) == 1 and sink.received == []
+
+    # WHEN Lambda retries the batch from the failed record (as the event source does)
+    failed = {f["itemIdentifier"] for f in first["batchItemFailures"]}
+    retry = {"Records": [r for r in stream["Records"] if r["dynamodb"]["SequenceNumber"] in failed]}
+    second = handlers.stream_notifier(retry, lambda_context)
+
+    # THEN Slack gets the message and nobody gets the email twice
+    assert second["batchItemFailures"] == []
+    assert len(sink.received) == 1
+    assert monitor.emails() == []
+
+
+def test_without_a_readable_ledger_a_retry_resends_rather_than_drops(monitor, sink, lambda_context, monkeypatch):
+    # GIVEN the ledger's table is gone (misconfiguration): deliveries must still happen
+    monkeypatch.setenv("IDEMPOTENCY_TABLE", "no-such-table")
+    env_module.clear_env_cache()
+    seed_findings(monitor.store, [finding("gpu.xid", node(1))], {"gpu.xid"})
+    stream = monitor.stream_event()
+
+    response = handlers.stream_notifier(stream, lambda_context)
+
+    assert response["batchItemFailures"] == []
+    assert len(sink.received) == 1 and len(monitor.emails()) == 1
+
+
 def test_heartbeats_history_and_sweep_records_notify_nobody(monitor, sink, lambda_context):
     # GIVEN one NEW finding already notified
     seed_findings(monitor.store, [finding("gpu.xid", node(1))], {"gpu.xid"})

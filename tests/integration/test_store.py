@@ -119,6 +119,8 @@ def test_round_trip_of_a_new_finding(store, now):
     assert item.first_seen == item.last_seen == iso(now)
     assert item.priority is Priority.P1 and item.tag is Tag.FAIL and item.instance_id == NODE_A
     assert len(item.evidence) == 20
+    # the cluster's name travels with the item, so alerts can say which cluster in people's words
+    assert item.cluster_name == "c"
 
 
 def test_first_seen_never_moves(store, clients, now):

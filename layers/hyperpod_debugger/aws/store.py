@@ -152,6 +152,8 @@ def to_item(finding: StoredFinding) -> dict[str, Any]:
     }
     if finding.acknowledged_by:
         item["acknowledged_by"] = finding.acknowledged_by
+    if finding.cluster_name:
+        item["cluster_name"] = finding.cluster_name
     return item
 
 
@@ -174,6 +176,7 @@ def from_item(item: dict[str, Any]) -> StoredFinding:
         suggested_commands=tuple(dict(c) for c in item.get("suggested_commands") or ()),
         version=int(item.get("version", 0)),
         acknowledged_by=item.get("acknowledged_by"),
+        cluster_name=str(item["cluster_name"]) if item.get("cluster_name") else None,
     )
 
 
@@ -552,6 +555,8 @@ def _seen_attributes(item: StoredFinding) -> dict[str, Any]:
     }
     if item.state is not State.ACKNOWLEDGED:
         sets["acknowledged_by"] = None
+    if item.cluster_name:
+        sets["cluster_name"] = item.cluster_name  # fills the name in on items stored before it was kept
     return sets
 
 

@@ -9,8 +9,10 @@ from hyperpod_debugger.store_logic import NOTIFYING, StoredFinding, TransitionKi
 from hyperpod_debugger.validate import region_of_arn
 
 
-def cluster_label(cluster_arn: str) -> str:
-    """The cluster as shown to people: the store keeps the ARN, whose last part is the cluster id."""
+def cluster_label(cluster_arn: str, cluster_name: str | None = None) -> str:
+    """The cluster as shown to people: its name when the store kept it, else the ARN's last part (the id)."""
+    if cluster_name:
+        return cluster_name
     return cluster_arn.rsplit("/", 1)[-1] if cluster_arn.startswith("arn:") else cluster_arn
 
 
@@ -26,7 +28,7 @@ def to_finding(stored: StoredFinding) -> Finding:
         section=stored.section,
         message=stored.message or stored.check,
         cluster_arn=stored.cluster_arn,
-        cluster_name=cluster_label(stored.cluster_arn),
+        cluster_name=cluster_label(stored.cluster_arn, stored.cluster_name),
         instance_id=stored.instance_id,
         evidence=list(stored.evidence),
         suggested_commands=[SuggestedCommand.model_validate(c) for c in stored.suggested_commands],
@@ -43,7 +45,7 @@ def notice_of(kind: TransitionKind, at: str, stored: StoredFinding, region: str)
         first_seen=parse_iso(stored.first_seen),
         last_seen=parse_iso(stored.last_seen),
         count=stored.count,
-        cluster_name=cluster_label(stored.cluster_arn),
+        cluster_name=cluster_label(stored.cluster_arn, stored.cluster_name),
         region=region_of(stored.cluster_arn, region),
         resolved_at=parse_iso(at) if kind is TransitionKind.RESOLVED else None,
     )
