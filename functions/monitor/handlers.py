@@ -126,6 +126,18 @@ def _run_signal(event: dict[str, Any], signal: logic.ClusterSignal, env: Monitor
     }
 
 
+def _idempotent_signal_runner(env: MonitorEnv, context: LambdaContext) -> Callable[..., dict[str, Any]]:
+    """:func:`_run_signal`, run once per ``event["id"]`` (a repeat returns the first run's result)."""
+    config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=env.IDEMPOTENCY_TTL_S)
+    config.register_lambda_context(context)
+    return idempotent_function(
+        _run_signal,
+        data_keyword_argument="event",
+        persistence_store=idempotency_store(env.IDEMPOTENCY_TABLE, env.AWS_REGION),
+        config=config,
+    )
+
+
 @with_env(monitor_env)
 @logger.inject_lambda_context(correlation_id_path="id", log_event=False)
 @metrics.log_metrics
@@ -148,14 +160,7 @@ def event_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, An
     if signal is None:
         logger.info("cluster event ignored: Info level", event_id=parsed.id, detail_type=parsed.detail_type)
         return {"status": "ignored", "event_id": parsed.id}
-    config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=env.IDEMPOTENCY_TTL_S)
-    config.register_lambda_context(context)
-    run = idempotent_function(
-        _run_signal,
-        data_keyword_argument="event",
-        persistence_store=idempotency_store(env.IDEMPOTENCY_TABLE, env.AWS_REGION),
-        config=config,
-    )
+    run = _idempotent_signal_runner(env, context)
     logger.info(
         "triage started",
         event_id=signal.event_id,
@@ -397,14 +402,7 @@ def _triage_nodes(
     signals: tuple[logic.ClusterSignal, ...], env: MonitorEnv, context: LambdaContext
 ) -> tuple[list[dict[str, Any]], Counter[str]]:
     """Each signal through the event handler's idempotent path, keyed on the signal's event id."""
-    config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=env.IDEMPOTENCY_TTL_S)
-    config.register_lambda_context(context)
-    run = idempotent_function(
-        _run_signal,
-        data_keyword_argument="event",
-        persistence_store=idempotency_store(env.IDEMPOTENCY_TABLE, env.AWS_REGION),
-        config=config,
-    )
+    run = _idempotent_signal_runner(env, context)
     nodes: list[dict[str, Any]] = []
     totals: Counter[str] = Counter()
     for signal in signals:

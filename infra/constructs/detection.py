@@ -23,8 +23,7 @@ from infra.constants import (
     EVENT_TARGET_RETRY_ATTEMPTS,
 )
 from infra.constructs.notifications import encrypted_dlq
-from infra.constructs.python_function import PythonFunction
-from infra.constructs.sweep import findings_write_statements
+from infra.constructs.sweep import triage_function
 
 #: A HyperPod cluster id, the last part of its ARN (botocore's ClusterArn pattern).
 CLUSTER_ID = re.compile(r"^[a-z0-9]{12}$")
@@ -67,20 +66,15 @@ class Detection(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.dlq = encrypted_dlq(self, "EventTargetDlq")
-        self.function = PythonFunction(
+        self.function = triage_function(
             self,
             "EventHandler",
             handler=EVENT_HANDLER,
             layer=layer,
-            statements=findings_write_statements(table, idempotency_table),
-            timeout=cdk.Duration.minutes(5),
-            memory_size=1024,
+            table=table,
+            idempotency_table=idempotency_table,
+            cluster_allowlist=cluster_allowlist,
             log_retention=log_retention,
-            environment={
-                "FINDINGS_TABLE": table.table_name,
-                "IDEMPOTENCY_TABLE": idempotency_table.table_name,
-                "CLUSTER_ALLOWLIST": ",".join(cluster_allowlist),
-            },
         )
         by_arn, names = split_allowlist(cluster_allowlist)
         if by_arn and names:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -27,8 +26,7 @@ from aws_cdk import aws_logs_destinations as destinations
 from constructs import Construct
 
 from infra.constants import CTX_CLUSTER_ALLOWLIST, CTX_CLUSTER_LOG_GROUPS, LOG_SUBSCRIPTION_HANDLER
-from infra.constructs.python_function import PythonFunction
-from infra.constructs.sweep import findings_write_statements
+from infra.constructs.sweep import triage_function
 
 #: ``/aws/sagemaker/Clusters/<name>/<id>``: botocore's ClusterName pattern and the 12-character cluster id.
 CLUSTER_LOG_GROUP = re.compile(r"/aws/sagemaker/Clusters/(?P<name>[A-Za-z0-9](?:-*[A-Za-z0-9])*)/(?P<id>[a-z0-9]{12})")
@@ -101,20 +99,15 @@ class HmaSubscription(Construct):
             raise ValueError("HmaSubscription needs at least one cluster log group")
         if not filter_pattern.strip() or len(filter_pattern) > MAX_FILTER_PATTERN:
             raise ValueError(f"the HMA filter pattern must be 1 to {MAX_FILTER_PATTERN} characters")
-        self.function = PythonFunction(
+        self.function = triage_function(
             self,
             "LogSubscriptionHandler",
             handler=LOG_SUBSCRIPTION_HANDLER,
             layer=layer,
-            statements=findings_write_statements(table, idempotency_table),
-            timeout=cdk.Duration.minutes(5),
-            memory_size=1024,
+            table=table,
+            idempotency_table=idempotency_table,
+            cluster_allowlist=cluster_allowlist,
             log_retention=log_retention,
-            environment={
-                "FINDINGS_TABLE": table.table_name,
-                "IDEMPOTENCY_TABLE": idempotency_table.table_name,
-                "CLUSTER_ALLOWLIST": ",".join(cluster_allowlist),
-            },
         )
         destination = destinations.LambdaDestination(self.function.function)
         self.filters: dict[str, logs.SubscriptionFilter] = {}

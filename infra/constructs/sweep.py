@@ -90,6 +90,42 @@ def findings_write_statements(
     ]
 
 
+def triage_environment(
+    table: dynamodb.ITableV2, idempotency_table: dynamodb.ITableV2, cluster_allowlist: list[str]
+) -> dict[str, str]:
+    """What every function that runs a triage into the store is told (event, log subscription, sweep)."""
+    return {
+        "FINDINGS_TABLE": table.table_name,
+        "IDEMPOTENCY_TABLE": idempotency_table.table_name,
+        "CLUSTER_ALLOWLIST": ",".join(cluster_allowlist),
+    }
+
+
+def triage_function(
+    scope: Construct,
+    construct_id: str,
+    *,
+    handler: str,
+    layer: lambda_.ILayerVersion,
+    table: dynamodb.ITableV2,
+    idempotency_table: dynamodb.ITableV2,
+    cluster_allowlist: list[str],
+    log_retention: logs.RetentionDays,
+) -> PythonFunction:
+    """A function that runs one scoped triage into the store (HyperPod events, HMA log records)."""
+    return PythonFunction(
+        scope,
+        construct_id,
+        handler=handler,
+        layer=layer,
+        statements=findings_write_statements(table, idempotency_table),
+        timeout=cdk.Duration.minutes(5),
+        memory_size=1024,
+        log_retention=log_retention,
+        environment=triage_environment(table, idempotency_table, cluster_allowlist),
+    )
+
+
 class Sweep(Construct):
     """Exposes `function` (the cluster step), `probe_function` (a probe batch), `budget` and `state_machine`."""
 
@@ -110,15 +146,13 @@ class Sweep(Construct):
         super().__init__(scope, construct_id)
         self.budget = budget
         environment = {
-            "FINDINGS_TABLE": table.table_name,
-            "IDEMPOTENCY_TABLE": idempotency_table.table_name,
+            **triage_environment(table, idempotency_table, cluster_allowlist),
             "START_SESSION_RATE": f"{budget.rate:.3f}",
             "PROBE_BATCH_SIZE": str(budget.batch_size),
             "PROBE_MAX_NODES": str(budget.cap),
             "PROBE_TIMEOUT_S": str(PROBE_TIMEOUT_S),
             "SWEEP_INTERVAL_S": str(int(interval.to_seconds())),
             "PROBE_PERIOD_S": str(int(probe_period.to_seconds())),
-            "CLUSTER_ALLOWLIST": ",".join(cluster_allowlist),
         }
         self.function = PythonFunction(
             self,

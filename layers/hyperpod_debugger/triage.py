@@ -65,6 +65,15 @@ def build_report(
     )
 
 
+def _coverage_of(clients: AwsClients) -> Callable[..., Coverage]:
+    """Coverage of a run: its checks, the nodes it probed, and the API calls ``clients`` made so far."""
+
+    def coverage(checks: list[CheckCoverage], probed: list[str] | None = None) -> Coverage:
+        return Coverage(checks=checks, api_calls=dict(sorted(clients.calls.items())), probed_nodes=probed)
+
+    return coverage
+
+
 def _all_unknown(reason: str) -> list[CheckCoverage]:
     return [CheckCoverage(check=c.id, status=CheckStatus.UNKNOWN, reason=reason) for c in ALL_CHECKS]
 
@@ -154,8 +163,7 @@ def triage_with_observation(
     clients = clients or AwsClients(req.region)
     ref = ClusterRef(name=req.cluster, region=req.region)
 
-    def coverage(checks: list[CheckCoverage], probed: list[str] | None = None) -> Coverage:
-        return Coverage(checks=checks, api_calls=dict(sorted(clients.calls.items())), probed_nodes=probed)
+    coverage = _coverage_of(clients)
 
     try:
         account = sts.caller_account(clients)
@@ -268,8 +276,7 @@ def run_probe_batch(req: ProbeBatchRequest, clients: AwsClients | None = None) -
     clients = clients or AwsClients(req.region)
     ref = ClusterRef(name=req.cluster, region=req.region)
 
-    def coverage(checks: list[CheckCoverage], probed: list[str] | None = None) -> Coverage:
-        return Coverage(checks=checks, api_calls=dict(sorted(clients.calls.items())), probed_nodes=probed)
+    coverage = _coverage_of(clients)
 
     try:
         cluster = sagemaker.describe_cluster(clients, req.cluster)

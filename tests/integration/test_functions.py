@@ -33,7 +33,8 @@ from hyperpod_debugger.model import (
     TriageReport,
 )
 from hyperpod_debugger.sim import scenarios
-from hyperpod_debugger.sim.lambda_harness import StreamReader, read_emails
+from hyperpod_debugger.sim.lambda_harness import LambdaContext, StreamReader, read_emails
+from hyperpod_debugger.sim.lambda_harness import lambda_context as new_context
 from hyperpod_debugger.sim.slack_sink import SlackSink
 from hyperpod_debugger.store_logic import plan_sweep
 
@@ -48,20 +49,9 @@ def load(name: str) -> dict:
     return json.loads((EVENTS / name).read_text())
 
 
-@dataclass
-class LambdaContext:
-    function_name: str = "hyperpod-monitor"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = "arn:aws:lambda:us-west-2:111122223333:function:hyperpod-monitor"
-    aws_request_id: str = "0c9e6a4e-0000-4000-8000-000000000001"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 300_000
-
-
 @pytest.fixture
 def lambda_context() -> LambdaContext:
-    return LambdaContext()
+    return new_context("hyperpod-monitor", account="111122223333")
 
 
 @pytest.fixture

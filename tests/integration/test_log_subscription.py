@@ -7,7 +7,6 @@ import base64
 import copy
 import gzip
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
@@ -17,26 +16,17 @@ from functions.shared import env as env_module
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, create_table
 from hyperpod_debugger.sim import scenarios, seed
+from hyperpod_debugger.sim.lambda_harness import LambdaContext
+from hyperpod_debugger.sim.lambda_harness import lambda_context as new_context
 from hyperpod_debugger.store_logic import State
 
 TABLE = "hyperpod-findings"
 IDEMPOTENCY = "hyperpod-idempotency"
 
 
-@dataclass
-class LambdaContext:
-    function_name: str = "hyperpod-hma-logs"
-    memory_limit_in_mb: int = 1024
-    invoked_function_arn: str = f"arn:aws:lambda:{scenarios.REGION}:{seed.ACCOUNT}:function:hyperpod-hma-logs"
-    aws_request_id: str = "0c9e6a4e-0000-4000-8000-0000000000a1"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 300_000
-
-
 @pytest.fixture
 def lambda_context() -> LambdaContext:
-    return LambdaContext()
+    return new_context("hyperpod-hma-logs", region=scenarios.REGION, account=seed.ACCOUNT)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ probed through the fake Session Manager agent, and the store keeps what only a p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
@@ -15,21 +14,15 @@ from hyperpod_debugger.aws.store import FindingStore, create_table
 from hyperpod_debugger.sim import scenarios
 from hyperpod_debugger.sim.fake_k8s import FakeKubernetes
 from hyperpod_debugger.sim.fake_ssm import FakeSsm
+from hyperpod_debugger.sim.lambda_harness import lambda_context as new_context
 from hyperpod_debugger.sim.server import simulated_aws
 from hyperpod_debugger.store_logic import State
 
 TABLE = "hyperpod-findings-rotation"
 
 
-@dataclass
-class LambdaContext:
-    function_name: str = "hyperpod-sweep"
-    memory_limit_in_mb: int = 1024
-    invoked_function_arn: str = "arn:aws:lambda:us-west-2:111122223333:function:hyperpod-sweep"
-    aws_request_id: str = "0c9e6a4e-0000-4000-8000-000000000002"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 600_000
+def sweep_context():
+    return new_context("hyperpod-sweep", timeout_s=600)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +78,7 @@ def test_cluster_step_plans_batches_of_running_nodes_without_probing_them(world)
     demo, store = world
     cluster = demo.eks
 
-    result = handlers.sweep_cluster(sweep_input(cluster), LambdaContext())
+    result = handlers.sweep_cluster(sweep_input(cluster), sweep_context())
 
     assert result["status"] == "processed" and result["cluster_arn"] == cluster.arn
     batches = result["batches"]
@@ -103,9 +96,9 @@ def test_cluster_step_plans_batches_of_running_nodes_without_probing_them(world)
 def test_probe_batches_store_on_node_findings_and_the_rotation_clock(world):
     demo, store = world
     cluster = demo.eks
-    plan = handlers.sweep_cluster(sweep_input(cluster), LambdaContext())
+    plan = handlers.sweep_cluster(sweep_input(cluster), sweep_context())
 
-    results = [handlers.probe_batch(b, LambdaContext()) for b in plan["batches"]]
+    results = [handlers.probe_batch(b, sweep_context()) for b in plan["batches"]]
 
     assert all(r["status"] == "processed" for r in results)
     stored = store.open_findings(cluster.arn)
@@ -126,9 +119,9 @@ def test_probe_batches_store_on_node_findings_and_the_rotation_clock(world):
 def test_a_batch_resolves_nothing_on_nodes_it_did_not_probe(world):
     demo, store = world
     cluster = demo.eks
-    plan = handlers.sweep_cluster(sweep_input(cluster), LambdaContext())
+    plan = handlers.sweep_cluster(sweep_input(cluster), sweep_context())
     for batch in plan["batches"]:
-        handlers.probe_batch(batch, LambdaContext())
+        handlers.probe_batch(batch, sweep_context())
     xid_node = cluster.nodes["gpu-workers"][1]
     other = cluster.nodes["gpu-workers"][0]
     before = {fp for fp, f in store.open_findings(cluster.arn).items() if f.instance_id == xid_node}
@@ -138,7 +131,7 @@ def test_a_batch_resolves_nothing_on_nodes_it_did_not_probe(world):
     [descriptor] = [n for b in plan["batches"] for n in b["nodes"] if n["instance_id"] == other]
     result = handlers.probe_batch(
         {"cluster_arn": cluster.arn, "cluster_name": cluster.name, "sweep_id": "sweep-2", "nodes": [descriptor]},
-        LambdaContext(),
+        sweep_context(),
     )
 
     # THEN the first node's on-node findings stay open
@@ -158,10 +151,10 @@ def test_the_next_sweep_plans_the_nodes_the_last_one_did_not_reach(world, monkey
 
     rounds: list[list[str]] = []
     for _ in range(2):
-        plan = handlers.sweep_cluster(sweep_input(cluster), LambdaContext())
+        plan = handlers.sweep_cluster(sweep_input(cluster), sweep_context())
         assert plan["status"] == "processed"
         for batch in plan["batches"]:
-            handlers.probe_batch(batch, LambdaContext())
+            handlers.probe_batch(batch, sweep_context())
         rounds.append([iid for b in plan["batches"] for iid in batch_nodes(b)])
 
     worker = cluster.nodes["worker-group-1"][0]
@@ -181,7 +174,7 @@ def test_the_next_sweep_plans_the_nodes_the_last_one_did_not_reach(world, monkey
     ],
 )
 def test_a_malformed_batch_is_rejected_without_raising(world, batch):
-    result = handlers.probe_batch(batch, LambdaContext())
+    result = handlers.probe_batch(batch, sweep_context())
     assert result["status"] == "rejected" and result["errors"]
 
 
@@ -190,7 +183,7 @@ def test_probing_disabled_plans_no_batches(world, monkeypatch):
     monkeypatch.setenv("PROBE_ENABLED", "false")
     env_module.clear_env_cache()
 
-    result = handlers.sweep_cluster(sweep_input(demo.eks), LambdaContext())
+    result = handlers.sweep_cluster(sweep_input(demo.eks), sweep_context())
 
     assert result["status"] == "processed" and result["batches"] == [] and result["rotation"] is None
 
