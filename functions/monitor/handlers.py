@@ -224,7 +224,9 @@ def sweep_cluster(event: dict[str, Any], context: LambdaContext) -> dict[str, An
         return {"status": "error", "cluster": cluster_name or cluster_arn, "error": message, "batches": []}
     arn = report.cluster.arn or cluster_arn
     store = FindingStore(clients, env.FINDINGS_TABLE)
-    transitions = store.apply(plan_sweep(store.open_findings(arn), report, now), now)
+    # The cluster step reads the whole node list: findings of nodes that left the cluster resolve here.
+    present = frozenset(n.instance_id for n in obs.nodes.value or ()) if obs.nodes.available else None
+    transitions = store.apply(plan_sweep(store.open_findings(arn), report, now, nodes_present=present), now)
     kinds = _kinds(transitions)
     metrics.add_metric(name="SweepTransitions", unit=MetricUnit.Count, value=len(transitions))
     batches: list[dict[str, Any]] = []

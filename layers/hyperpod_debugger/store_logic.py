@@ -17,7 +17,8 @@ and decides, per fingerprint, one of the transitions below. The DynamoDB adapter
   a skipped or unknown check resolves nothing, nor does a run that failed (``report.error``), and
   a focused run (``report.scope_node``) resolves only findings of that node, and an on-node
   finding (``probe.*``) is resolved only when its node's probe document was evaluated in this run
-  (``coverage.probed_nodes``): a sweep probes a rotating subset of a large cluster.
+  (``coverage.probed_nodes``): a sweep probes a rotating subset of a large cluster. A run that read
+  the whole node list (``nodes_present``) resolves every finding of a node no longer in it.
 * REOPENED: a RESOLVED fingerprint seen again (first_seen stays where it was).
 """
 
@@ -307,6 +308,7 @@ def plan_sweep(
     now: datetime,
     *,
     heartbeat: timedelta = HEARTBEAT,
+    nodes_present: frozenset[str] | set[str] | None = None,
 ) -> SweepPlan:
     """Decide every transition one report causes.
 
@@ -358,6 +360,11 @@ def plan_sweep(
     probed = set(report.coverage.probed_nodes or ())
     for fp, previous in previous_open.items():
         if previous.state is State.RESOLVED or fp in current:
+            continue
+        if nodes_present is not None and previous.instance_id and previous.instance_id not in nodes_present:
+            # the node left the cluster (replaced, scaled in): nothing about it is open any more
+            resolved = replace(previous, state=State.RESOLVED, version=previous.version + 1)
+            plan.resolved.append(PlannedChange(TransitionKind.RESOLVED, resolved, previous))
             continue
         if previous.check not in ran or previous.check in blind_checks:
             continue

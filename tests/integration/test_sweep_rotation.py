@@ -11,12 +11,22 @@ from functions.monitor import handlers
 from functions.shared import env as env_module
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, create_table
+from hyperpod_debugger.model import (
+    CheckCoverage,
+    CheckStatus,
+    ClusterRef,
+    Coverage,
+    Finding,
+    Priority,
+    Tag,
+    TriageReport,
+)
 from hyperpod_debugger.sim import scenarios
 from hyperpod_debugger.sim.fake_k8s import FakeKubernetes
 from hyperpod_debugger.sim.fake_ssm import FakeSsm
 from hyperpod_debugger.sim.lambda_harness import lambda_context as new_context
 from hyperpod_debugger.sim.server import simulated_aws
-from hyperpod_debugger.store_logic import State
+from hyperpod_debugger.store_logic import State, plan_sweep
 
 TABLE = "hyperpod-findings-rotation"
 
@@ -162,6 +172,33 @@ def test_the_next_sweep_plans_the_nodes_the_last_one_did_not_reach(world, monkey
     # the accelerator node first, then the one the first sweep could not reach; both are now on the clock
     assert rounds == [[worker], [controller]]
     assert set(store.last_probed(cluster.arn)) == {worker, controller}
+
+
+def test_the_cluster_step_resolves_findings_of_nodes_that_left_the_cluster(world):
+    demo, store = world
+    cluster = demo.eks
+    gone = "i-0badc0ffee0000001"  # replaced by HyperPod: no longer in ListClusterNodes
+    report = TriageReport(
+        tool_version="0",
+        generated_at=datetime.now(UTC).isoformat(),
+        cluster=ClusterRef(name=cluster.name, arn=cluster.arn, region=scenarios.REGION),
+        findings=[
+            Finding(
+                tag=Tag.FAIL, priority=Priority.P0, check="probe.xid", section="F", cluster_arn=cluster.arn,
+                instance_id=gone, message="Xid 79 (GPU has fallen off the bus)",
+            )
+        ],
+        coverage=Coverage(checks=[CheckCoverage(check="probe.xid", status=CheckStatus.RAN)], probed_nodes=[gone]),
+        exit_code=1,
+    )
+    now = datetime.now(UTC)
+    store.apply(plan_sweep(store.open_findings(cluster.arn), report, now), now)
+    assert any(f.instance_id == gone for f in store.open_findings(cluster.arn).values())
+
+    result = handlers.sweep_cluster(sweep_input(cluster), sweep_context())
+
+    assert result["transitions"].get("RESOLVED", 0) >= 1
+    assert not any(f.instance_id == gone for f in store.open_findings(cluster.arn).values())
 
 
 @pytest.mark.parametrize(

@@ -257,6 +257,23 @@ def test_an_on_node_finding_resolves_only_when_its_node_was_probed():
     assert sweep(stored, [], now=later, ran=ran, probed=[]).resolved == []
 
 
+def test_findings_of_a_node_that_left_the_cluster_resolve_when_the_node_list_was_read():
+    # GIVEN an on-node finding on A, an API finding on B, and a cluster-wide finding
+    probe = finding(check="probe.gpu_row_remap", section="G.1.a", instance_id=NODE_A, message="row remap pending")
+    api = finding(instance_id=NODE_B)
+    wide = finding(instance_id=None, check="vpc.dns", section="B.2", message="dns off")
+    stored = stored_after(sweep({}, [probe, api, wide], ran=("probe.gpu_row_remap", "nodes.health_status", "vpc.dns")))
+    later = T0 + timedelta(minutes=15)
+
+    # WHEN a run that probed nobody and ran no check on them reads a node list without A
+    plan = plan_sweep(stored, report([api, wide], ran=()), later, nodes_present={NODE_B})
+
+    # THEN A's finding resolves (the node is gone); B's and the cluster-wide one stay
+    assert [c.item.instance_id for c in plan.resolved] == [NODE_A]
+    # and without a node list nothing is resolved for being absent
+    assert plan_sweep(stored, report([api, wide], ran=()), later).resolved == []
+
+
 def test_api_check_findings_do_not_depend_on_which_nodes_were_probed():
     stored = stored_after(sweep({}, [finding()]))
     plan = sweep(stored, [], now=T0 + timedelta(minutes=5), probed=[])
