@@ -1,4 +1,4 @@
-"""``hyperpod-debugger``: triage | probe | analyze | probe-script | demo | schema | iam-policy.
+"""``hyperpod-debugger``: triage | probe | analyze | findings | probe-script | demo | schema | iam-policy.
 
 Exit codes of ``triage``: 0 no P0/P1 problem; 1 a P0/P1 problem, missing credentials or
 cluster not found; 2 invalid arguments.
@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 
-from hyperpod_debugger import __version__, validate
+from hyperpod_debugger import __version__, findings_cli, validate
 
 EXIT_INVALID = 2
 
@@ -102,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     analyze.add_argument("--json", action="store_true")
     analyze.add_argument("--no-color", action="store_true")
 
+    findings_cli.add_parser(sub)
     sub.add_parser("probe-script", help="print the read-only on-node probe script (probe.sh)")
     sub.add_parser("schema", help="print the JSON schema of the triage report")
     sub.add_parser("iam-policy", help="print the IAM policy the triage needs (read-only calls + probe sessions)")
@@ -269,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "probe": cmd_triage,
         "demo": cmd_demo,
         "analyze": cmd_analyze,
+        "findings": findings_cli.cmd_findings,
         "probe-script": cmd_probe_script,
         "schema": cmd_schema,
         "iam-policy": cmd_iam_policy,

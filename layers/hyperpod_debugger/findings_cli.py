@@ -1,0 +1,250 @@
+"""``hyperpod-debugger findings``: read the monitor's findings table, and acknowledge a finding.
+
+    findings list    --table T --cluster NAME|ARN [--all] [--json]   open (or every) finding of a cluster
+    findings history --table T --node i-… | --cluster … [--limit N]  transitions, newest first
+    findings sweeps  --table T --cluster NAME|ARN [--limit N]        what each recent sweep could check
+    findings ack     --table T --cluster NAME|ARN --fingerprint F --by NAME
+
+Everything here reads or writes only the monitor's own DynamoDB table (the stack output
+``FindingsTableName``; ``--table`` defaults to ``HYPERPOD_DEBUGGER_TABLE``). A cluster given by name is
+turned into its ARN with one DescribeCluster call, because the table is keyed by ARN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from hyperpod_debugger import validate
+from hyperpod_debugger.store_logic import FINGERPRINT_CHARS, State, StoredFinding
+
+TABLE_ENV = "HYPERPOD_DEBUGGER_TABLE"
+EXIT_INVALID = 2
+_TABLE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{3,255}$")
+_FINGERPRINT = re.compile(rf"^[0-9a-f]{{{FINGERPRINT_CHARS}}}$")
+_PRIORITY_ORDER = {"P0": 0, "P1": 1, "P2": 2}
+_STATE_ORDER = {State.OPEN: 0, State.ACKNOWLEDGED: 1, State.RESOLVED: 2}
+
+
+def add_parser(sub: Any) -> None:
+    findings = sub.add_parser("findings", help="read the monitor's findings table; acknowledge a finding")
+    verbs = findings.add_subparsers(dest="verb", required=True)
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--table", default=os.environ.get(TABLE_ENV), help=f"findings table (default ${TABLE_ENV})")
+        parser.add_argument("--region", help="AWS Region (default: the ARN's, then AWS_DEFAULT_REGION/AWS_REGION)")
+        parser.add_argument("--json", action="store_true", help="print JSON")
+
+    listing = verbs.add_parser("list", help="open findings of a cluster, most urgent first")
+    common(listing)
+    listing.add_argument("--cluster", required=True, help="HyperPod cluster name or ARN")
+    listing.add_argument("--all", action="store_true", help="include RESOLVED findings still kept (history TTL)")
+
+    history = verbs.add_parser("history", help="transitions of one node (or of a cluster's cluster-wide findings)")
+    common(history)
+    target = history.add_mutually_exclusive_group(required=True)
+    target.add_argument("--node", help="EC2 instance id")
+    target.add_argument("--cluster", help="cluster name or ARN: its cluster-wide findings")
+    history.add_argument("--limit", type=int, default=50, help="newest N transitions (default 50)")
+
+    sweeps = verbs.add_parser("sweeps", help="coverage of the latest sweeps of a cluster")
+    common(sweeps)
+    sweeps.add_argument("--cluster", required=True, help="HyperPod cluster name or ARN")
+    sweeps.add_argument("--limit", type=int, default=10, help="newest N sweeps (default 10)")
+
+    ack = verbs.add_parser("ack", help="acknowledge an OPEN finding (it stays open; escalation reopens it)")
+    common(ack)
+    ack.add_argument("--cluster", required=True, help="HyperPod cluster name or ARN")
+    ack.add_argument("--fingerprint", required=True, help="the finding's fingerprint (from `findings list`)")
+    ack.add_argument("--by", required=True, help="who acknowledges (recorded with the finding)")
+
+
+# --------------------------------------------------------------------------- rendering (pure)
+
+
+def _when(text: str) -> str:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return text
+
+
+def sort_key(f: StoredFinding) -> tuple[int, int, str, str]:
+    priority = _PRIORITY_ORDER.get(f.priority.value if f.priority else "", 9)
+    return (_STATE_ORDER.get(f.state, 9), priority, f.instance_id or "", f.check)
+
+
+def render_findings(findings: Sequence[StoredFinding], cluster: str, table: str) -> str:
+    ordered = sorted(findings, key=sort_key)
+    states = Counter(f.state.value for f in ordered)
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "none"
+    lines = [f"Findings of {cluster} in {table}: {summary}"]
+    for f in ordered:
+        priority = f.priority.value if f.priority else "--"
+        node = f.instance_id or "cluster-wide"
+        section = f" → references/node-diagnostics-detail.md § {f.section}" if f.section else ""
+        lines.append(f"{f.state.value:<12} {priority} {f.tag.value:<7} {node:<20} {f.check:<24} {f.message}{section}")
+        seen = f"first {_when(f.first_seen)} · last {_when(f.last_seen)} · seen {f.count}×"
+        detail = f"{seen} · fingerprint {f.fingerprint}"
+        if f.acknowledged_by:
+            detail += f" · acknowledged by {f.acknowledged_by}"
+        lines.append(f"{'':12} {detail}")
+    return "\n".join(lines) + "\n"
+
+
+def render_history(records: Sequence[Any], node: str) -> str:
+    lines = [f"History of {node} (newest first): {len(records)} transition(s)"]
+    for r in records:
+        priority = r.priority.value if r.priority else "--"
+        lines.append(
+            f"{r.at}  {r.transition.value:<12} {priority} {r.tag.value:<7} {r.check:<24} {r.message} "
+            f"(fingerprint {r.fingerprint})"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render_sweeps(records: Sequence[dict[str, Any]], cluster: str) -> str:
+    lines = [f"Latest sweeps of {cluster}: {len(records)}"]
+    for r in records:
+        checks = r.get("checks") or {}
+        counts = ", ".join(f"{k} {int(v)}" for k, v in sorted(checks.items())) or "no checks"
+        moved = ", ".join(f"{k} {int(v)}" for k, v in sorted((r.get("transitions") or {}).items())) or "no change"
+        scope = f" (node {r['scope_node']})" if r.get("scope_node") else ""
+        lines.append(f"{r.get('at')}{scope}: checks {counts}; transitions {moved}")
+        if r.get("unknown"):
+            lines.append(f"    could not run: {', '.join(sorted(r['unknown']))}")
+        if r.get("error"):
+            lines.append(f"    stopped early: {r['error']}")
+    return "\n".join(lines) + "\n"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_plain(v) for v in value]
+    if hasattr(value, "value") and not isinstance(value, str):
+        return value.value
+    return value
+
+
+def finding_json(f: StoredFinding) -> dict[str, Any]:
+    return {
+        "fingerprint": f.fingerprint,
+        "cluster_arn": f.cluster_arn,
+        "cluster_name": f.cluster_name,
+        "instance_id": f.instance_id,
+        "check": f.check,
+        "section": f.section,
+        "tag": f.tag.value,
+        "priority": f.priority.value if f.priority else None,
+        "state": f.state.value,
+        "first_seen": f.first_seen,
+        "last_seen": f.last_seen,
+        "count": f.count,
+        "message": f.message,
+        "evidence": list(f.evidence),
+        "suggested_commands": _plain(list(f.suggested_commands)),
+        "acknowledged_by": f.acknowledged_by,
+    }
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _fail(message: str, code: int = EXIT_INVALID) -> int:
+    print(f"hyperpod-debugger findings: error: {message}", file=sys.stderr)
+    return code
+
+
+def _region(args: argparse.Namespace) -> str:
+    from_arn = validate.region_of_arn(args.cluster) if getattr(args, "cluster", None) else None
+    region = args.region or from_arn or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
+    if not region:
+        raise validate.InvalidArgument("no Region: pass --region or set AWS_DEFAULT_REGION")
+    return validate.region(region)
+
+
+def cmd_findings(args: argparse.Namespace) -> int:
+    from hyperpod_debugger.aws import sagemaker
+    from hyperpod_debugger.aws.clients import AwsClients
+    from hyperpod_debugger.aws.errors import ApiCallError, CredentialsError
+    from hyperpod_debugger.aws.store import FindingStore
+
+    try:
+        if not args.table:
+            raise validate.InvalidArgument(f"no findings table: pass --table or set {TABLE_ENV}")
+        if not _TABLE_NAME.match(args.table):
+            raise validate.InvalidArgument(f"--table {args.table!r} is not a DynamoDB table name")
+        cluster = validate.cluster(args.cluster) if getattr(args, "cluster", None) else None
+        node = validate.instance_id(args.node) if getattr(args, "node", None) else None
+        region = _region(args)
+        if getattr(args, "fingerprint", None) is not None and not _FINGERPRINT.match(args.fingerprint):
+            raise validate.InvalidArgument(f"--fingerprint {args.fingerprint!r} is not {FINGERPRINT_CHARS} hex digits")
+        if getattr(args, "by", None) is not None and not args.by.strip():
+            raise validate.InvalidArgument("--by must name who acknowledges")
+        limit = getattr(args, "limit", 1)
+        if not 1 <= limit <= 1000:
+            raise validate.InvalidArgument("--limit must be between 1 and 1000")
+    except validate.InvalidArgument as exc:
+        return _fail(str(exc))
+
+    clients = AwsClients(region)
+    store = FindingStore(clients, args.table)
+    try:
+        arn = cluster
+        if cluster is not None and not cluster.startswith("arn:"):
+            arn = sagemaker.describe_cluster(clients, cluster).arn
+        if args.verb == "list":
+            found = list(store.open_findings(str(arn), include_resolved=args.all).values())
+            if args.json:
+                print(json.dumps([finding_json(f) for f in sorted(found, key=sort_key)], indent=2))
+            else:
+                sys.stdout.write(render_findings(found, cluster or str(arn), args.table))
+            return 0
+        if args.verb == "history":
+            key = node or str(arn)
+            records = store.history(key, limit=limit)
+            if args.json:
+                print(json.dumps([_plain(asdict(r)) for r in records], indent=2))
+            else:
+                sys.stdout.write(render_history(records, key))
+            return 0
+        if args.verb == "sweeps":
+            records = [_plain(r) for r in store.sweeps(str(arn), limit=limit)]
+            if args.json:
+                print(json.dumps(records, indent=2))
+            else:
+                sys.stdout.write(render_sweeps(records, str(arn)))
+            return 0
+        # ack
+        done = store.acknowledge(str(arn), args.fingerprint, args.by.strip(), datetime.now(UTC))
+        if done is None:
+            current = store.get(str(arn), args.fingerprint)
+            if current is None:
+                return _fail(f"no finding {args.fingerprint} for {cluster} in {args.table}", 1)
+            return _fail(f"finding {args.fingerprint} is {current.state.value}, not OPEN: nothing to acknowledge", 1)
+        by = args.by.strip()
+        if args.json:
+            state = done.finding.state.value
+            print(json.dumps({"fingerprint": args.fingerprint, "state": state, "acknowledged_by": by}))
+        else:
+            print(f"Acknowledged {args.fingerprint} ({done.finding.message}) by {by}")
+        return 0
+    except sagemaker.ClusterNotFound as exc:
+        return _fail(f"no HyperPod cluster {cluster!r} in {region}: {exc}", 1)
+    except CredentialsError as exc:
+        return _fail(f"AWS credentials are missing, expired or rejected: {exc}", 1)
+    except ApiCallError as exc:
+        return _fail(f"{args.table}: {exc.failure.describe()}", 1)
