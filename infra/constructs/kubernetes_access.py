@@ -5,7 +5,7 @@ IAM alone does not grant that. For each EKS cluster named in context ``eksCluste
 EKS access entry per reading function's role, with the AWS-managed ``AmazonEKSAdminViewPolicy``
 (get/list/watch, no write verb) at cluster scope: nodes are cluster-scoped, so a namespace scope would
 hide them. The EKS cluster must accept access entries (authentication mode ``API`` or
-``API_AND_CONFIG_MAP``); the triage itself reports a ``CONFIG_MAP``-only cluster (§ C).
+``API_AND_CONFIG_MAP``); the triage itself reports a ``CONFIG_MAP``-only cluster (§ B.1).
 """
 
 from __future__ import annotations
