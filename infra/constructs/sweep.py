@@ -154,28 +154,23 @@ class Sweep(Construct):
             "SWEEP_INTERVAL_S": str(int(interval.to_seconds())),
             "PROBE_PERIOD_S": str(int(probe_period.to_seconds())),
         }
-        self.function = PythonFunction(
-            self,
-            "SweepCluster",
-            handler=SWEEP_HANDLER,
-            layer=layer,
-            statements=findings_write_statements(table, idempotency_table),
-            timeout=cdk.Duration.minutes(5),
-            memory_size=1024,
-            log_retention=log_retention,
-            environment=environment,
-        )
-        self.probe_function = PythonFunction(
-            self,
-            "ProbeBatch",
-            handler=PROBE_BATCH_HANDLER,
-            layer=layer,
-            statements=findings_write_statements(table, idempotency_table),
-            timeout=cdk.Duration.minutes(10),
-            memory_size=1024,
-            log_retention=log_retention,
-            environment=environment,
-        )
+
+        def step(construct_id: str, handler: str, minutes: int) -> PythonFunction:
+            return PythonFunction(
+                self,
+                construct_id,
+                handler=handler,
+                layer=layer,
+                statements=findings_write_statements(table, idempotency_table),
+                timeout=cdk.Duration.minutes(minutes),
+                memory_size=1024,
+                log_retention=log_retention,
+                environment=environment,
+            )
+
+        # the cluster step's API checks take seconds to a few minutes; a batch's probes up to ~4 minutes
+        self.function = step("SweepCluster", SWEEP_HANDLER, 5)
+        self.probe_function = step("ProbeBatch", PROBE_BATCH_HANDLER, 10)
         self.state_machine = self._build_state_machine(log_retention)
 
     def _invoke(self, construct_id: str, function: PythonFunction, *, retry_failed: bool) -> tasks.LambdaInvoke:

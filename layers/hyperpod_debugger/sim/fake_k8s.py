@@ -50,6 +50,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from hyperpod_debugger.sim.background import serve_in_background, stop_serving
+
 __all__ = [
     "RESOURCES",
     "FakeKubernetes",
@@ -316,18 +318,13 @@ class FakeKubernetes:
         self._server = server
         self.endpoint = f"https://127.0.0.1:{server.server_address[1]}"
         self.ca_data = self.ca.ca_data
-        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="fake-k8s", daemon=True)
-        self._thread.start()
+        self._thread = serve_in_background(server, "fake-k8s")
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        stop_serving(self._server, self._thread)
+        self._server = None
+        self._thread = None
 
     def __enter__(self) -> FakeKubernetes:
         return self.start()

@@ -58,6 +58,8 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from hyperpod_debugger.sim.background import serve_in_background, stop_serving
+
 __all__ = [
     "DOCUMENT",
     "HEADER_LENGTH",
@@ -666,20 +668,14 @@ class FakeSsm:
         handler = type("_BoundApiHandler", (_ApiHandler,), {"fake": self})
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._http.daemon_threads = False  # stop() joins every request thread
-        self._http_thread = threading.Thread(
-            target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-ssm-api", daemon=True
-        )
-        self._http_thread.start()
+        self._http_thread = serve_in_background(self._http, "fake-ssm-api")
         self.endpoint_url = f"http://127.0.0.1:{self._http.server_address[1]}"
         return self
 
     def stop(self) -> None:
         """Close every websocket, stop both servers and join their threads. Idempotent."""
         if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            if self._http_thread is not None:
-                self._http_thread.join(timeout=10)
+            stop_serving(self._http, self._http_thread, timeout=10)
             self._http = None
             self._http_thread = None
         loop, thread = self._loop, self._ws_thread

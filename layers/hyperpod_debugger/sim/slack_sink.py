@@ -19,6 +19,8 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from hyperpod_debugger.sim.background import serve_in_background, stop_serving
+
 WEBHOOK_PATH = "/services/T00000000/B00000000/sinksecretXXXXXXXXXXXXXX"
 
 
@@ -105,21 +107,14 @@ class SlackSink:
         self._server.daemon_threads = True
         port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{port}{WEBHOOK_PATH}"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="slack-sink", daemon=True
-        )
-        self._thread.start()
+        self._thread = serve_in_background(self._server, "slack-sink")
         return self
 
     def down(self) -> None:
         """Stop answering and close the port: the next delivery gets a connection error."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        stop_serving(self._server, self._thread)
+        self._server = None
+        self._thread = None
 
     def __enter__(self) -> SlackSink:
         return self.start()
