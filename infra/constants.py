@@ -10,6 +10,8 @@ LAYER_DIR = REPO_ROOT / "build" / "layer"
 STACK_NAME = "HyperPodNodeDebugger"
 SERVICE_NAME = "hyperpod-debugger"
 METRICS_NAMESPACE = "HyperPodDebugger"
+#: The ``service`` dimension Powertools puts on the functions' metrics (functions.shared.observability.SERVICE).
+MONITOR_METRICS_SERVICE = "hyperpod-monitor"
 
 # Lambda handlers, referenced by string only (the code lives in functions/, built separately).
 EVENT_HANDLER = "functions.monitor.handlers.event_handler"
@@ -18,12 +20,7 @@ PROBE_BATCH_HANDLER = "functions.monitor.handlers.probe_batch"
 STREAM_NOTIFIER_HANDLER = "functions.monitor.handlers.stream_notifier"
 LOG_SUBSCRIPTION_HANDLER = "functions.monitor.handlers.log_subscription"
 
-# EventBridge: HyperPod publishes under aws.sagemaker with these detail-types.
-EVENT_SOURCE = "aws.sagemaker"
-DETAIL_TYPE_CLUSTER_EVENT = "SageMaker HyperPod Cluster Event"
-DETAIL_TYPE_STATE_CHANGE = "SageMaker HyperPod Cluster State Change"
-DETAIL_TYPE_NODE_HEALTH = "SageMaker HyperPod Cluster Node Health Event"
-CLUSTER_EVENT_LEVELS = ("Warn", "Error")
+# EventBridge: HyperPod's source, detail-types and the rule patterns live in hyperpod_debugger.eventbridge.
 
 # Context keys (cdk.json / -c key=value) and their defaults.
 CTX_SCHEDULE = "sweepSchedule"
@@ -70,30 +67,3 @@ EVENT_TARGET_RETRY_ATTEMPTS = 4
 OUTPUT_FINDINGS_TABLE = "FindingsTableName"
 OUTPUT_TOPIC = "AlertTopicArn"
 OUTPUT_STATE_MACHINE = "SweepStateMachineArn"
-
-# The read-only set (upstream skill facts section 2.8) plus the SSM data channel. No write verbs.
-READ_ONLY_ACTIONS: dict[str, tuple[str, ...]] = {
-    "sagemaker": (
-        "sagemaker:DescribeCluster",
-        "sagemaker:DescribeClusterNode",
-        "sagemaker:ListClusterNodes",
-        "sagemaker:ListClusterEvents",
-        "sagemaker:ListClusters",
-    ),
-    "ec2": (
-        "ec2:DescribeSecurityGroups",
-        "ec2:DescribeSubnets",
-        "ec2:DescribeVpcs",
-        "ec2:DescribeVpcAttribute",
-        "ec2:DescribeVpcEndpoints",
-        "ec2:DescribeRouteTables",
-        "ec2:DescribeNetworkInterfaces",
-        "ec2:DescribeInstances",
-        "ec2:DescribeInstanceTypeOfferings",
-        "ec2:DescribeInstanceTypes",
-    ),
-    "eks": ("eks:DescribeCluster",),
-    "logs": ("logs:DescribeLogGroups", "logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:GetLogEvents"),
-    "quotas": ("servicequotas:GetServiceQuota",),
-    "ssm": ("ssm:StartSession", "ssm:TerminateSession", "ssmmessages:OpenDataChannel"),
-}

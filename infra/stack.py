@@ -13,7 +13,7 @@ from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
 from infra import constants as c
-from infra.constructs.detection import Detection
+from infra.constructs.detection import Detection, keep_unprocessed
 from infra.constructs.findings import FindingsStore
 from infra.constructs.hma_subscription import HmaSubscription, cluster_log_groups
 from infra.constructs.kubernetes_access import KubernetesReadAccess
@@ -126,6 +126,7 @@ class HyperPodDebuggerStack(cdk.Stack):
             schedule_expression=schedule,
             cluster_allowlist=allowlist,
             log_retention=retention,
+            alarm_topic=self.notifications.topic,
         )
         self.hma_subscription = self._build_hma_subscription(allowlist, retention)
         self.kubernetes_access = self._build_kubernetes_access()
@@ -151,7 +152,7 @@ class HyperPodDebuggerStack(cdk.Stack):
         # Lambda; the agent's other lines and the lifecycle-script streams of the same group are not
         # delivered (and not paid for). A pattern matches message text, not stream names.
         pattern = str(_context_value(self, c.CTX_HMA_FILTER_PATTERN, c.DEFAULT_HMA_FILTER_PATTERN))
-        return HmaSubscription(
+        subscription = HmaSubscription(
             self,
             "HmaSubscription",
             log_groups=log_groups,
@@ -162,6 +163,8 @@ class HyperPodDebuggerStack(cdk.Stack):
             cluster_allowlist=allowlist,
             log_retention=retention,
         )
+        keep_unprocessed(subscription.function, self.detection.dlq)
+        return subscription
 
     def _build_layer(self) -> lambda_.LayerVersion:
         """Dependencies + the core package, built offline by `make layer` into build/layer/python."""

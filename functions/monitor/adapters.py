@@ -1,5 +1,5 @@
-"""The monitor's adapters: Secrets Manager (the Slack webhook URL), Slack, SNS, the idempotency store and
-the notifier's delivery ledger.
+"""The monitor's adapters: Secrets Manager (the Slack webhook URL), Slack, SNS, the idempotency store,
+the notifier's delivery ledger and the queue that keeps inputs the monitor could not process.
 
 Every boto3 client comes from :class:`hyperpod_debugger.aws.clients.AwsClients`, built lazily (never
 at import). The webhook URL is a secret: it is never logged, and errors name only a hash of it.
@@ -43,6 +43,49 @@ def webhook_url(clients: AwsClients, secret_name: str) -> str:
     if not text:
         raise ChannelError("the Slack webhook secret holds no URL")
     return text
+
+
+#: SQS's message size limit; an event larger than this (EventBridge allows 256 KiB) is cut, and says so.
+MAX_KEPT_BYTES = 256 * 1024 - 2048
+
+
+def _kept_body(event: Any) -> str:
+    try:
+        body = json.dumps(event, default=str, ensure_ascii=False)
+    except (TypeError, ValueError):
+        body = repr(event)
+    raw = body.encode("utf-8")
+    if len(raw) > MAX_KEPT_BYTES:
+        body = raw[:MAX_KEPT_BYTES].decode("utf-8", "ignore") + "\n[cut: the input was larger than one SQS message]"
+    return body
+
+
+def keep_unprocessed(
+    queue_url: str | None, region: str, event: Any, *, kind: str, errors: Sequence[dict[str, str]]
+) -> bool:
+    """Put an input the monitor could not process (the raw event, verbatim) on the unprocessed-events
+    queue, with why in its message attributes. False when no queue is configured.
+
+    Raises ``RuntimeError`` when the queue refuses it: the caller lets the invocation fail, so
+    Lambda's retries and its on-failure destination keep the event instead.
+    """
+    if not queue_url:
+        return False
+    reason = "; ".join(f"{e.get('at', '?')}: {e.get('error', '?')}" for e in errors)[:1000] or "unknown"
+    detail_type = event.get("detail-type") if isinstance(event, dict) else None
+    attributes = {
+        "kind": {"DataType": "String", "StringValue": kind},
+        "reason": {"DataType": "String", "StringValue": reason},
+    }
+    if isinstance(detail_type, str) and detail_type:
+        attributes["detail_type"] = {"DataType": "String", "StringValue": detail_type[:256]}
+    try:
+        AwsClients(region).client("sqs").send_message(
+            QueueUrl=queue_url, MessageBody=_kept_body(event), MessageAttributes=attributes
+        )
+    except (ClientError, BotoCoreError) as exc:
+        raise RuntimeError(f"the unprocessed-events queue refused the {kind} ({type(exc).__name__})") from None
+    return True
 
 
 class AwsChannels:

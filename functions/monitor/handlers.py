@@ -28,15 +28,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
 from functions.monitor import hma_logs, logic
-from functions.monitor.adapters import AwsChannels, DeliveryLedger, idempotency_store
+from functions.monitor.adapters import AwsChannels, DeliveryLedger, idempotency_store, keep_unprocessed
 from functions.shared.env import MonitorEnv, SweepEnv, monitor_env, notifier_env, sweep_env
-from functions.shared.events import (
-    ClusterEvent,
-    ClusterStateChange,
-    NodeHealthEvent,
-    ProbeBatch,
-    parse_hyperpod_event,
-)
+from functions.shared.events import ProbeBatch, parse_hyperpod_event
 from functions.shared.observability import logger, metrics, tracer
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, from_item, plain
@@ -78,21 +72,6 @@ def _kinds(transitions: list[Transition]) -> dict[str, int]:
 
 
 # --------------------------------------------------------------------------- event handler
-
-
-def to_signal(event: ClusterEvent | ClusterStateChange | NodeHealthEvent) -> logic.ClusterSignal | None:
-    """The parsed event as a triage signal; None for what is not worth a triage (Info-level events)."""
-    if isinstance(event, NodeHealthEvent):
-        d = event.detail
-        reason = f"node health {d.HealthSummary.HealthStatus}: {d.HealthSummary.HealthStatusReason or '-'}"
-        return logic.ClusterSignal(event.id, d.ClusterArn, event.region, d.InstanceId, reason)
-    if isinstance(event, ClusterStateChange):
-        d = event.detail
-        return logic.ClusterSignal(event.id, d.ClusterArn, event.region, None, f"cluster status {d.ClusterStatus}")
-    e = event.detail.EventDetails
-    if e.EventLevel == "Info":
-        return None
-    return logic.ClusterSignal(event.id, e.ClusterArn, event.region, e.InstanceId, f"{e.EventLevel}: {e.Description}")
 
 
 def _validation_errors(exc: ValidationError) -> list[dict[str, str]]:
@@ -138,6 +117,25 @@ def _idempotent_signal_runner(env: MonitorEnv, context: LambdaContext) -> Callab
     )
 
 
+def _reject(
+    event: Any, errors: list[dict[str, str]], env: MonitorEnv, *, kind: str, metric: str = "EventsRejected"
+) -> dict[str, Any]:
+    """An input that no retry can fix: logged with its id, counted, and kept in the unprocessed-events
+    queue with the reason (raises when it cannot be kept, so Lambda's retries and on-failure
+    destination keep it instead)."""
+    detail_type = event.get("detail-type") if isinstance(event, dict) else None
+    event_id = event.get("id") if isinstance(event, dict) else None
+    kept = keep_unprocessed(env.UNPROCESSED_QUEUE_URL, env.AWS_REGION, event, kind=kind, errors=errors)
+    logger.error(
+        f"{kind} rejected: kept for inspection" if kept else f"{kind} rejected (no queue to keep it in)",
+        event_id=event_id,
+        detail_type=detail_type,
+        errors=errors,
+    )
+    metrics.add_metric(name=metric, unit=MetricUnit.Count, value=1)
+    return {"status": "rejected", "event_id": event_id, "detail_type": detail_type, "errors": errors, "kept": kept}
+
+
 @with_env(monitor_env)
 @logger.inject_lambda_context(correlation_id_path="id", log_event=False)
 @metrics.log_metrics
@@ -147,18 +145,14 @@ def event_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, An
     metrics.add_metric(name="EventsReceived", unit=MetricUnit.Count, value=1)
     try:
         parsed = parse_hyperpod_event(event)
+        signal = logic.signal_of(parsed)
     except ValidationError as exc:
-        # Retrying cannot fix a malformed event: report it and return instead of raising.
-        detail_type = event.get("detail-type") if isinstance(event, dict) else None
-        errors = _validation_errors(exc)
-        logger.error(
-            "event rejected: not a HyperPod event this handler understands", detail_type=detail_type, errors=errors
-        )
-        metrics.add_metric(name="EventsRejected", unit=MetricUnit.Count, value=1)
-        return {"status": "rejected", "detail_type": detail_type, "errors": errors}
-    signal = to_signal(parsed)
+        # Retrying cannot fix a malformed event: keep it with the reason instead of raising.
+        return _reject(event, _validation_errors(exc), env, kind="event")
+    except logic.UnusableEvent as exc:
+        return _reject(event, [{"at": "detail", "error": str(exc)}], env, kind="event")
     if signal is None:
-        logger.info("cluster event ignored: Info level", event_id=parsed.id, detail_type=parsed.detail_type)
+        logger.info("cluster event ignored: informational", event_id=parsed.id, detail_type=parsed.detail_type)
         return {"status": "ignored", "event_id": parsed.id}
     run = _idempotent_signal_runner(env, context)
     logger.info(
@@ -167,6 +161,7 @@ def event_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, An
         cluster_arn=signal.cluster_arn,
         node=signal.node,
         reason=signal.reason,
+        notes=list(signal.notes) or None,
     )
     return run(event=event, signal=signal, env=env)
 
@@ -439,9 +434,9 @@ def log_subscription(event: dict[str, Any], context: LambdaContext) -> dict[str,
     try:
         batch = hma_logs.read_subscription(event, region=env.AWS_REGION, partition=partition)
     except hma_logs.LogPayloadError as exc:
-        logger.error("log payload rejected", error=str(exc))
-        metrics.add_metric(name="LogPayloadsRejected", unit=MetricUnit.Count, value=1)
-        return {"status": "rejected", "error": str(exc)}
+        errors = [{"at": "payload", "error": str(exc)}]
+        rejected = _reject(event, errors, env, kind="log payload", metric="LogPayloadsRejected")
+        return {**rejected, "error": str(exc)}
     if batch is None:
         logger.info("log subscription control message ignored")
         return {"status": "ignored", "reason": "control message"}

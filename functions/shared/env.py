@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
+
+from hyperpod_debugger.eventbridge import Allowlist
 
 
 class _Env(BaseModel):
@@ -27,9 +29,15 @@ class ClusterAllowlist(BaseModel):
     #: Comma-separated cluster names, ids or ARNs; empty: every cluster of the account and Region.
     CLUSTER_ALLOWLIST: str = ""
 
+    @field_validator("CLUSTER_ALLOWLIST")
+    @classmethod
+    def _entries_are_clusters(cls, value: str) -> str:
+        Allowlist.from_setting(value)  # a bad entry fails the deploy's first invocation, naming it
+        return value
+
     def allows(self, cluster_name: str, cluster_arn: str) -> bool:
-        wanted = {item.strip() for item in self.CLUSTER_ALLOWLIST.split(",") if item.strip()}
-        return not wanted or bool(wanted & {cluster_name, cluster_arn, cluster_arn.rsplit("/", 1)[-1]})
+        """The same rule as the stack's EventBridge patterns (:class:`hyperpod_debugger.eventbridge.Allowlist`)."""
+        return Allowlist.from_setting(self.CLUSTER_ALLOWLIST).allows(cluster_name, cluster_arn)
 
 
 class MonitorEnv(_Env, Runbook, ClusterAllowlist):
@@ -44,6 +52,8 @@ class MonitorEnv(_Env, Runbook, ClusterAllowlist):
     IDEMPOTENCY_TTL_S: PositiveInt = 3600
     #: Nodes the log-subscription handler triages per delivery; the rest are left to the sweep.
     LOG_MAX_NODES: PositiveInt = 10
+    #: Where inputs that cannot be processed are kept (the raw event and the reason); none: logged only.
+    UNPROCESSED_QUEUE_URL: str | None = None
 
 
 class NotifierEnv(_Env, Runbook):

@@ -1,9 +1,13 @@
 """Parser models of the EventBridge events the monitor receives (Powertools ``EventBridgeModel``).
 
-Shapes follow the SageMaker HyperPod documentation ("Events that Amazon SageMaker AI sends to Amazon
-EventBridge" and "SageMaker HyperPod cluster events reference"). Fields we do not use are allowed
-and ignored, so a new field in AWS's payload never breaks parsing; fields we rely on are required.
-A real cluster ARN ends with the 12-character cluster id, which is not the cluster name.
+Shapes follow what AWS publishes: the SageMaker service model (``ClusterEventDetail``: EventId,
+ClusterArn, ClusterName, ResourceType and EventTime required, ``EventLevel`` optional) and the
+examples in "Events that Amazon SageMaker AI sends to Amazon EventBridge" and the HyperPod cluster
+events reference (copies in ``tests/events/published/``). Only what the monitor cannot work
+without is required; everything else is optional and unknown fields are kept, so a field AWS adds
+or leaves out never loses an event. Identifiers are validated where they are used (the cluster
+ARN when the signal is built, an instance id before it goes into a command), not here: an event
+with an odd instance id still triages its cluster.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-CLUSTER_EVENT = "SageMaker HyperPod Cluster Event"
-STATE_CHANGE = "SageMaker HyperPod Cluster State Change"
-NODE_HEALTH = "SageMaker HyperPod Cluster Node Health Event"
+from hyperpod_debugger import eventbridge
+
+CLUSTER_EVENT = eventbridge.CLUSTER_EVENT
+STATE_CHANGE = eventbridge.STATE_CHANGE
+NODE_HEALTH = eventbridge.NODE_HEALTH
 SCHEDULED = "Scheduled Event"
 
-ClusterArn = Annotated[str, Field(pattern=r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:cluster/[A-Za-z0-9\-]+$")]
+Text = Annotated[str, Field(min_length=1, max_length=2048)]
 
 
 class _Detail(BaseModel):
@@ -29,14 +35,15 @@ class _Detail(BaseModel):
 
 
 class ClusterEventDetails(_Detail):
-    EventId: str
-    ClusterArn: ClusterArn
-    ClusterName: str
+    EventId: str | None = None
+    ClusterArn: Text
+    ClusterName: Text
     InstanceGroupName: str | None = None
     InstanceId: str | None = None
     ResourceType: str | None = None
-    EventTime: int | None = None  # epoch milliseconds
-    EventLevel: Literal["Info", "Warn", "Error"]
+    EventTime: int | float | str | None = None  # epoch milliseconds in the published examples
+    #: Info | Warn | Error; absent on older events (read through eventbridge.effective_level)
+    EventLevel: str | None = None
     Description: str | None = None
     EventDetails: dict[str, Any] | None = None
 
@@ -55,11 +62,11 @@ class ClusterEvent(EventBridgeModel):
 
 
 class StateChangeDetail(_Detail):
-    ClusterArn: ClusterArn
-    ClusterName: str
-    ClusterStatus: str
+    ClusterArn: Text
+    ClusterName: Text
+    ClusterStatus: str | None = None
     FailureMessage: str | None = None
-    CreationTime: int | None = None
+    CreationTime: int | float | str | None = None
 
 
 class ClusterStateChange(EventBridgeModel):
@@ -71,18 +78,20 @@ class ClusterStateChange(EventBridgeModel):
 # --- SageMaker HyperPod Cluster Node Health Event ------------------------------------------
 
 
-class HealthSummary(_Detail):
-    HealthStatus: str
+class NodeHealthSummary(_Detail):
+    HealthStatus: str | None = None
     HealthStatusReason: str | None = None
+    #: what HyperPod itself does about it: None, Reboot, Replace (no published enum)
     RepairAction: str | None = None
     Recommendation: str | None = None
 
 
 class NodeHealthDetail(_Detail):
-    ClusterArn: ClusterArn
-    ClusterName: str
-    InstanceId: Annotated[str, Field(pattern=r"^i-[0-9a-f]{8,17}$")]
-    HealthSummary: HealthSummary
+    ClusterArn: Text
+    ClusterName: Text
+    InstanceId: Text
+    HealthSummary: NodeHealthSummary = Field(default_factory=NodeHealthSummary)
+    EventTime: int | float | str | None = None
     Tags: dict[str, Any] | None = None
 
 
@@ -102,6 +111,9 @@ class ScheduleEvent(EventBridgeModel):
 
 
 # --- the sweep's probe batch (our own state machine's Map item) ----------------------------
+
+
+ClusterArn = Annotated[str, Field(pattern=r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:cluster/[A-Za-z0-9\-]+$")]
 
 
 class ProbeBatch(BaseModel):

@@ -1,55 +1,75 @@
-"""Detection: EventBridge rules on HyperPod's own events feed the event Lambda; a schedule starts the sweep."""
+"""Detection: EventBridge rules on HyperPod's own events feed the event Lambda; a schedule starts the sweep.
+
+Each rule's ``EventPattern`` is :func:`hyperpod_debugger.eventbridge.rule_patterns`, written into the
+template verbatim: the demo and the tests match events against the very same dictionaries.
+
+Nothing is lost silently. An event EventBridge cannot deliver, an invocation that fails after Lambda's
+retries (its on-failure destination) and an event the handler rejects as unusable all end in one
+queue, ``unprocessed``, with the event itself; its depth, rejected events and handler errors each
+raise an alarm on the alert topic.
+"""
 
 from __future__ import annotations
 
-import re
-
 import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from hyperpod_debugger import eventbridge
 from infra.constants import (
-    CLUSTER_EVENT_LEVELS,
-    DETAIL_TYPE_CLUSTER_EVENT,
-    DETAIL_TYPE_NODE_HEALTH,
-    DETAIL_TYPE_STATE_CHANGE,
     EVENT_HANDLER,
-    EVENT_SOURCE,
     EVENT_TARGET_RETRY_ATTEMPTS,
+    METRICS_NAMESPACE,
+    MONITOR_METRICS_SERVICE,
 )
-from infra.constructs.notifications import encrypted_dlq
+from infra.constructs.notifications import alarm, encrypted_dlq
+from infra.constructs.python_function import PythonFunction
 from infra.constructs.sweep import triage_function
 
-#: A HyperPod cluster id, the last part of its ARN (botocore's ClusterArn pattern).
-CLUSTER_ID = re.compile(r"^[a-z0-9]{12}$")
+#: Lambda's own retries of an asynchronous invocation that failed (EventBridge and CloudWatch Logs
+#: invoke asynchronously), before the event goes to the on-failure destination.
+ASYNC_RETRY_ATTEMPTS = 2
+MAX_EVENT_AGE = cdk.Duration.hours(6)
 
 
-def split_allowlist(allowlist: list[str]) -> tuple[list[str], list[str]]:
-    """(cluster ARNs or ids, cluster names). Events carry the ARN (with the id, never the name) in
-    ``resources`` and the name in ``detail.ClusterName``; a rule can filter on one or the other."""
-    by_arn = [e for e in allowlist if e.startswith("arn:") or CLUSTER_ID.match(e)]
-    names = [e for e in allowlist if e not in by_arn]
-    return by_arn, names
+def keep_unprocessed(function: PythonFunction, queue: sqs.IQueue) -> None:
+    """Failed invocations go to ``queue`` (Lambda's on-failure destination); rejected inputs are put
+    there by the handler itself (``UNPROCESSED_QUEUE_URL``, ``sqs:SendMessage`` on that queue only)."""
+    function.function.configure_async_invoke(
+        on_failure=destinations.SqsDestination(queue),
+        retry_attempts=ASYNC_RETRY_ATTEMPTS,
+        max_event_age=MAX_EVENT_AGE,
+    )
+    function.function.add_environment("UNPROCESSED_QUEUE_URL", queue.queue_url)
+    function.policy.add_statements(
+        iam.PolicyStatement(sid="KeepUnprocessed", actions=["sqs:SendMessage"], resources=[queue.queue_arn])
+    )
 
 
-def cluster_resource_prefixes(stack: cdk.Stack, allowlist: list[str]) -> list[str]:
-    """Allowlist entries are cluster ARNs (or ARN prefixes) or cluster ids; ids become ARN prefixes."""
-    prefixes = []
-    for entry in allowlist:
-        if entry.startswith("arn:"):
-            prefixes.append(entry)
-        else:
-            prefixes.append(stack.format_arn(service="sagemaker", resource="cluster", resource_name=entry))
-    return prefixes
+def monitor_metric(name: str) -> cloudwatch.Metric:
+    """A metric the functions emit through Powertools (namespace and its ``service`` dimension)."""
+    return cloudwatch.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=name,
+        dimensions_map={"service": MONITOR_METRICS_SERVICE},
+        statistic="Sum",
+        period=cdk.Duration.minutes(5),
+    )
 
 
 class Detection(Construct):
-    """Exposes `function` (event handler), `rules` (detail-type -> Rule), `schedule` and `dlq`."""
+    """Exposes `function` (event handler), `rules` (detail-type -> Rule), `patterns` (detail-type ->
+    EventPattern, as deployed), `schedule`, `dlq` (the unprocessed-events queue) and `alarms`."""
 
     def __init__(
         self,
@@ -63,8 +83,13 @@ class Detection(Construct):
         schedule_expression: str,
         cluster_allowlist: list[str],
         log_retention: logs.RetentionDays,
+        alarm_topic: sns.ITopic,
     ) -> None:
         super().__init__(scope, construct_id)
+        try:
+            allowlist = eventbridge.Allowlist.parse(cluster_allowlist)
+        except ValueError as exc:
+            raise ValueError(f"clusterAllowlist: {exc}") from None
         self.dlq = encrypted_dlq(self, "EventTargetDlq")
         self.function = triage_function(
             self,
@@ -76,29 +101,14 @@ class Detection(Construct):
             cluster_allowlist=cluster_allowlist,
             log_retention=log_retention,
         )
-        by_arn, names = split_allowlist(cluster_allowlist)
-        if by_arn and names:
-            raise ValueError(
-                "clusterAllowlist mixes cluster names "
-                f"({', '.join(names)}) with cluster ids or ARNs ({', '.join(by_arn)}): an EventBridge rule "
-                "filters on one or the other, so give all names or all ids/ARNs"
-            )
-        resources = self._resources_filter(by_arn)
-        named = {"ClusterName": names} if names else {}
-        self.rules = {
-            DETAIL_TYPE_CLUSTER_EVENT: self._build_rule(
-                "ClusterEventRule",
-                DETAIL_TYPE_CLUSTER_EVENT,
-                resources,
-                {"EventLevel": list(CLUSTER_EVENT_LEVELS), **named},
-            ),
-            DETAIL_TYPE_STATE_CHANGE: self._build_rule(
-                "StateChangeRule", DETAIL_TYPE_STATE_CHANGE, resources, named or None
-            ),
-            DETAIL_TYPE_NODE_HEALTH: self._build_rule(
-                "NodeHealthRule", DETAIL_TYPE_NODE_HEALTH, resources, named or None
-            ),
+        keep_unprocessed(self.function, self.dlq)
+        self.patterns = eventbridge.rule_patterns(allowlist)
+        ids = {
+            eventbridge.CLUSTER_EVENT: "ClusterEventRule",
+            eventbridge.STATE_CHANGE: "StateChangeRule",
+            eventbridge.NODE_HEALTH: "NodeHealthRule",
         }
+        self.rules = {dt: self._build_rule(ids[dt], dt, pattern) for dt, pattern in self.patterns.items()}
         self.schedule = events.Rule(
             self,
             "SweepSchedule",
@@ -106,23 +116,15 @@ class Detection(Construct):
             schedule=events.Schedule.expression(schedule_expression),
             targets=[targets.SfnStateMachine(state_machine, dead_letter_queue=self.dlq, retry_attempts=2)],
         )
+        self.alarms = self._build_alarms(alarm_topic)
 
-    def _resources_filter(self, allowlist: list[str]) -> list[str] | None:
-        if not allowlist:
-            return None
-        prefixes = cluster_resource_prefixes(cdk.Stack.of(self), allowlist)
-        return events.Match.any_of(*(events.Match.prefix(p) for p in prefixes))
-
-    def _build_rule(
-        self, construct_id: str, detail_type: str, resources: list[str] | None, detail: dict | None = None
-    ) -> events.Rule:
-        return events.Rule(
+    def _build_rule(self, construct_id: str, detail_type: str, pattern: dict) -> events.Rule:
+        rule = events.Rule(
             self,
             construct_id,
             description=f"HyperPod '{detail_type}' events to the event handler",
-            event_pattern=events.EventPattern(
-                source=[EVENT_SOURCE], detail_type=[detail_type], resources=resources, detail=detail
-            ),
+            # a placeholder the override below replaces with the shared pattern, operators and all
+            event_pattern=events.EventPattern(source=[eventbridge.SOURCE], detail_type=[detail_type]),
             targets=[
                 targets.LambdaFunction(
                     self.function.function,
@@ -132,3 +134,34 @@ class Detection(Construct):
                 )
             ],
         )
+        cfn = rule.node.default_child
+        assert isinstance(cfn, events.CfnRule)
+        cfn.add_property_override("EventPattern", pattern)
+        return rule
+
+    def _build_alarms(self, topic: sns.ITopic) -> dict[str, cloudwatch.Alarm]:
+        function = self.function.function
+        return {
+            "unprocessed": alarm(
+                self,
+                "UnprocessedEvents",
+                self.dlq.metric_approximate_number_of_messages_visible(period=cdk.Duration.minutes(5)),
+                "HyperPod events the monitor could not process are waiting in the unprocessed-events queue "
+                "(the event itself is in the message; the reason in its attributes)",
+                topic,
+            ),
+            "rejected": alarm(
+                self,
+                "EventsRejected",
+                monitor_metric("EventsRejected"),
+                "The event handler rejected a HyperPod event it could not read (kept in the unprocessed queue)",
+                topic,
+            ),
+            "errors": alarm(
+                self,
+                "EventHandlerErrors",
+                function.metric_errors(period=cdk.Duration.minutes(5), statistic="Sum"),
+                "The event handler failed; Lambda retries, then keeps the event in the unprocessed queue",
+                topic,
+            ),
+        }

@@ -38,6 +38,24 @@ def encrypted_dlq(scope: Construct, construct_id: str) -> sqs.Queue:
     )
 
 
+def alarm(
+    scope: Construct, construct_id: str, metric: cloudwatch.IMetric, description: str, topic: sns.ITopic
+) -> cloudwatch.Alarm:
+    """An alarm when ``metric`` is above zero in a period (no data: not breaching), sent to ``topic``."""
+    created = cloudwatch.Alarm(
+        scope,
+        construct_id,
+        alarm_description=description,
+        metric=metric,
+        threshold=0,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluation_periods=1,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+    )
+    created.add_alarm_action(cw_actions.SnsAction(topic))
+    return created
+
+
 class Notifications(Construct):
     """Exposes `key`, `topic`, `slack_secret`, `dlq`, `dlq_alarm` and `notifier` (a PythonFunction)."""
 
@@ -152,15 +170,10 @@ class Notifications(Construct):
         return notifier
 
     def _build_dlq_alarm(self) -> cloudwatch.Alarm:
-        alarm = cloudwatch.Alarm(
+        return alarm(
             self,
             "NotifierDlqDepth",
-            alarm_description="Undelivered finding notifications are waiting in the notifier DLQ",
-            metric=self.dlq.metric_approximate_number_of_messages_visible(period=cdk.Duration.minutes(5)),
-            threshold=0,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            self.dlq.metric_approximate_number_of_messages_visible(period=cdk.Duration.minutes(5)),
+            "Undelivered finding notifications are waiting in the notifier DLQ",
+            self.topic,
         )
-        alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
-        return alarm

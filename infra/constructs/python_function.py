@@ -15,7 +15,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.constants import METRICS_NAMESPACE, READ_ONLY_ACTIONS, REPO_ROOT, SERVICE_NAME
+from hyperpod_debugger.aws import iam as declared
+from infra.constants import METRICS_NAMESPACE, REPO_ROOT, SERVICE_NAME
 
 # The function asset is the repository root filtered down to functions/ and layers/ (no bundling, no Docker).
 CODE_EXCLUDES = [
@@ -33,19 +34,30 @@ CODE_EXCLUDES = [
 ]
 
 
+#: Statement ids of the read-only set, by IAM service prefix; a service the adapters start to call
+#: without a line here fails the synth (so nobody forgets to grant it).
+_READ_SIDS = {
+    "sagemaker": "HyperPodRead",
+    "ec2": "NetworkAndEksRead",
+    "eks": "NetworkAndEksRead",
+    "logs": "ClusterLogsRead",
+    "servicequotas": "QuotaRead",
+}
+
+
 def read_only_statements() -> list[iam.PolicyStatement]:
-    """The read-only HyperPod set (describe/list, logs reads, quotas) and the SSM data channel."""
-    return [
-        iam.PolicyStatement(sid="HyperPodRead", actions=list(READ_ONLY_ACTIONS["sagemaker"]), resources=["*"]),
-        iam.PolicyStatement(
-            sid="NetworkAndEksRead",
-            actions=[*READ_ONLY_ACTIONS["ec2"], *READ_ONLY_ACTIONS["eks"]],
-            resources=["*"],
-        ),
-        iam.PolicyStatement(sid="ClusterLogsRead", actions=list(READ_ONLY_ACTIONS["logs"]), resources=["*"]),
-        iam.PolicyStatement(sid="QuotaRead", actions=list(READ_ONLY_ACTIONS["quotas"]), resources=["*"]),
-        iam.PolicyStatement(sid="SsmDataChannel", actions=list(READ_ONLY_ACTIONS["ssm"]), resources=["*"]),
-    ]
+    """The read-only set the adapters declare (``hyperpod_debugger.aws.iam``, the list ``iam-policy``
+    prints), one statement per kind, and the Session Manager actions the probe needs."""
+    grouped: dict[str, list[str]] = {}
+    for service, actions in declared.by_service(declared.READ_ONLY_ACTIONS).items():
+        if service not in _READ_SIDS:
+            raise ValueError(f"the adapters call {service} ({', '.join(actions)}): add a statement id to _READ_SIDS")
+        grouped.setdefault(_READ_SIDS[service], []).extend(actions)
+    statements = [iam.PolicyStatement(sid=sid, actions=actions, resources=["*"]) for sid, actions in grouped.items()]
+    statements.append(
+        iam.PolicyStatement(sid="SsmDataChannel", actions=list(declared.SESSION_ACTIONS), resources=["*"])
+    )
+    return statements
 
 
 class PythonFunction(Construct):

@@ -28,6 +28,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from hyperpod_debugger.aws.iam import STORE_ACTIONS
 from infra.constants import GSI_BY_NODE, PROBE_BATCH_HANDLER, SWEEP_HANDLER
 from infra.constructs.python_function import PythonFunction
 
@@ -71,15 +72,7 @@ def findings_write_statements(
     return [
         iam.PolicyStatement(
             sid="FindingsReadWrite",
-            actions=[
-                "dynamodb:GetItem",
-                "dynamodb:Query",
-                "dynamodb:PutItem",
-                "dynamodb:UpdateItem",
-                "dynamodb:DeleteItem",
-                "dynamodb:TransactWriteItems",
-                "dynamodb:BatchWriteItem",
-            ],
+            actions=list(STORE_ACTIONS),
             resources=[table.table_arn, f"{table.table_arn}/index/{GSI_BY_NODE}"],
         ),
         iam.PolicyStatement(

@@ -322,14 +322,19 @@ def apply(
     return refined + _batch_findings(refined, target)
 
 
-def refine(findings: list[Finding], obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
-    """The engine over a triage: what the observation knows about each node decides the rules."""
+def refine(
+    findings: list[Finding], obs: ClusterObservation, ctx: CheckContext, *, acting: dict[str, str] | None = None
+) -> list[Finding]:
+    """The engine over a triage: what the observation knows about each node decides the rules.
+
+    ``acting``: nodes HyperPod said it is repairing outside the observation (a Node Health Event).
+    """
     nodes = {n.instance_id: n for n in obs.nodes.value or ()} if obs.nodes.available else {}
     return apply(
         findings,
         Target.of(obs.cluster),
         nodes,
-        recovering=recovery_in_progress(obs, ctx.now),
+        recovering={**(acting or {}), **recovery_in_progress(obs, ctx.now)},
         controllers=slurm_controllers(obs),
         tags=resource_tags(obs),
     )

@@ -209,6 +209,32 @@ class ClusterEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeHealthReport:
+    """HyperPod's own verdict on one node, as a Node Health Event states it (the health agent's summary).
+
+    ``repair_action`` is what HyperPod itself does (``None``, ``Reboot``, ``Replace``; AWS publishes no
+    list of values, so any text is kept); ``recommendation`` is its advice to the operator, verbatim.
+    """
+
+    instance_id: str
+    status: str | None  # Unhealthy | Healthy | ...
+    reason: str | None = None
+    repair_action: str | None = None
+    recommendation: str | None = None
+    event_id: str | None = None
+    at: datetime | None = None
+
+    @property
+    def unhealthy(self) -> bool:
+        return (self.status or "").strip().lower() != "healthy"
+
+    @property
+    def hyperpod_acting(self) -> bool:
+        """HyperPod is rebooting or replacing the node itself: no second action from us."""
+        return (self.repair_action or "").strip().lower() in {"reboot", "replace"}
+
+
+@dataclass(frozen=True, slots=True)
 class EventWindow:
     start: datetime
     end: datetime

@@ -12,6 +12,8 @@ from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.collector import CollectOptions, Collector
 from hyperpod_debugger.aws.errors import ApiCallError, CredentialsError
 from hyperpod_debugger.checks.base import CheckContext
+from hyperpod_debugger.checks.health_event import CHECK as HEALTH_EVENT_CHECK
+from hyperpod_debugger.checks.health_event import health_event_findings
 from hyperpod_debugger.checks.registry import ACTION_SECTIONS, ALL_CHECKS, run_checks
 from hyperpod_debugger.model import (
     CheckCoverage,
@@ -24,7 +26,7 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.observations import Cluster, ClusterNode, ClusterObservation, Observed
+from hyperpod_debugger.observations import Cluster, ClusterNode, ClusterObservation, NodeHealthReport, Observed
 from hyperpod_debugger.probe.runner import ProbeOptions, probe_cluster, ssm_runner
 from hyperpod_debugger.probe.slurm_query import query_controller
 
@@ -42,6 +44,9 @@ class TriageRequest:
     probe_options: ProbeOptions = ProbeOptions()
     #: only probe the node named in ``node`` (``hyperpod-debugger probe``): no cluster-level checks
     probe_only: bool = False
+    #: HyperPod's own verdict on ``node`` (a Node Health Event): reported beside our findings, and when
+    #: HyperPod is rebooting or replacing the node itself, the ladder suggests no second action
+    health: NodeHealthReport | None = None
 
 
 def build_report(
@@ -221,6 +226,12 @@ def triage_with_observation(
                 clients, cluster, obs.nodes.value, runner_factory=ssm_runner, timeout=req.probe_options.timeout
             )
     findings, checks = run_checks(obs, ctx)
+    acting: dict[str, str] = {}
+    if req.health is not None:
+        findings += health_event_findings(obs, req.health)
+        checks.append(CheckCoverage(check=HEALTH_EVENT_CHECK, status=CheckStatus.RAN))
+        if req.health.hyperpod_acting:
+            acting[req.health.instance_id] = f"its health agent's repair action is {req.health.repair_action}"
     probed_nodes: list[str] | None = None
     if req.probe and req.probe_options.max_nodes <= 0:
         reason = "no node probes in this run (max 0 nodes): they run separately, in batches"
@@ -243,7 +254,7 @@ def triage_with_observation(
     else:
         reason = "not asked for (--no-probe)" if not req.probe else "the node list could not be read"
         checks.append(CheckCoverage(check="probe.session", status=CheckStatus.SKIPPED, reason=reason))
-    findings = ladder.refine(findings, obs, ctx)
+    findings = ladder.refine(findings, obs, ctx, acting=acting)
     return build_report(req.node, now, ref, findings, coverage(checks, probed_nodes)), obs
 
 

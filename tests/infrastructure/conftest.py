@@ -57,3 +57,22 @@ def template(synthesized) -> Template:
 @pytest.fixture(scope="module")
 def stack(synthesized):
     return synthesized[0]
+
+
+#: Every context setting at once (allowlist of names and ids, a subscribed log group, EKS access entries,
+#: emails, a runbook URL): the widest template the stack can produce.
+EVERY_SETTING = {
+    "clusterAllowlist": "ml-eks-prod,abc123def456",
+    "clusterLogGroups": "/aws/sagemaker/Clusters/ml-eks-prod/abc123def456",
+    "eksClusters": "ml-eks-prod-eks",
+    "alertEmails": "ops@example.com,oncall@example.com",
+    "runbookBaseUrl": "https://github.com/example/hyperpod-debugger/blob/main/",
+    "startSessionRate": 7,
+    "sweepSchedule": "rate(30 minutes)",
+    "logRetentionDays": 90,
+}
+
+
+@pytest.fixture(scope="session")
+def every_setting(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    return synth(tmp_path_factory, **EVERY_SETTING)[1]

@@ -8,31 +8,60 @@ import re
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from hyperpod_debugger import eventbridge
 from infra import constants as c
 from infra.stack import ACKNOWLEDGEMENTS
 from tests.infrastructure.conftest import synth
+from tests.unit.test_eventbridge import (
+    CAPACITY,
+    HEALTH_CAPTURE,
+    HEALTH_DOCS,
+    LCS_STARTED,
+    STATE_CAPTURE,
+    STATE_DOCS,
+    matching_rules,
+    published,
+)
 
 # --- detection --------------------------------------------------------------------------------------------
 
+PUBLISHED_VERDICTS = {
+    # decided from AWS's documentation (see tests/unit/test_eventbridge.py): which rule each published event fires
+    CAPACITY: [eventbridge.CLUSTER_EVENT],
+    LCS_STARTED: [],
+    HEALTH_DOCS: [eventbridge.NODE_HEALTH],
+    HEALTH_CAPTURE: [eventbridge.NODE_HEALTH],
+    STATE_DOCS: [eventbridge.STATE_CHANGE],
+    STATE_CAPTURE: [eventbridge.STATE_CHANGE],
+}
 
-@pytest.mark.parametrize(
-    ("detail_type", "detail"),
-    [
-        (c.DETAIL_TYPE_CLUSTER_EVENT, {"EventLevel": ["Warn", "Error"]}),
-        (c.DETAIL_TYPE_STATE_CHANGE, Match.absent()),
-        (c.DETAIL_TYPE_NODE_HEALTH, Match.absent()),
-    ],
-)
-def test_rule_per_detail_type_targets_event_handler_with_dlq_and_retries(template: Template, detail_type, detail):
+
+def deployed_patterns(template: Template) -> dict[str, dict]:
+    """detail-type -> the EventPattern each synthesized rule carries."""
+    out = {}
+    for rule in template.find_resources("AWS::Events::Rule").values():
+        pattern = rule["Properties"].get("EventPattern")
+        if pattern:
+            (detail_type,) = pattern["detail-type"]
+            out[detail_type] = pattern
+    return out
+
+
+def test_the_deployed_patterns_are_the_shared_ones(template: Template):
+    assert deployed_patterns(template) == eventbridge.rule_patterns()
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(PUBLISHED_VERDICTS.items()))
+def test_each_published_event_fires_exactly_its_rule_in_the_synthesized_template(template: Template, name, expected):
+    assert matching_rules(deployed_patterns(template), published(name)) == expected
+
+
+@pytest.mark.parametrize("detail_type", eventbridge.DETAIL_TYPES)
+def test_rule_per_detail_type_targets_event_handler_with_dlq_and_retries(template: Template, detail_type):
     template.has_resource_properties(
         "AWS::Events::Rule",
         {
-            "EventPattern": {
-                "source": ["aws.sagemaker"],
-                "detail-type": [detail_type],
-                "detail": detail,
-                "resources": Match.absent(),
-            },
+            "EventPattern": Match.object_like({"source": ["aws.sagemaker"], "detail-type": [detail_type]}),
             "Targets": [
                 Match.object_like(
                     {
@@ -47,6 +76,53 @@ def test_rule_per_detail_type_targets_event_handler_with_dlq_and_retries(templat
             ],
         },
     )
+
+
+def test_failed_invocations_of_the_event_handler_are_kept(template: Template):
+    # Lambda's own retries of an async invocation, then its on-failure destination: the same queue
+    template.has_resource_properties(
+        "AWS::Lambda::EventInvokeConfig",
+        {
+            "FunctionName": {"Ref": Match.string_like_regexp("DetectionEventHandlerFunction")},
+            "MaximumRetryAttempts": 2,
+            "DestinationConfig": {
+                "OnFailure": {"Destination": {"Fn::GetAtt": [Match.string_like_regexp("EventTargetDlq"), "Arn"]}}
+            },
+        },
+    )
+    (handler,) = [
+        f for f in template.find_resources("AWS::Lambda::Function").values()
+        if f["Properties"]["Handler"] == c.EVENT_HANDLER
+    ]
+    url = handler["Properties"]["Environment"]["Variables"]["UNPROCESSED_QUEUE_URL"]
+    assert url == {"Ref": Match.string_like_regexp("EventTargetDlq")} or "EventTargetDlq" in json.dumps(url)
+
+
+@pytest.mark.parametrize(
+    ("metric", "namespace"),
+    [
+        ("ApproximateNumberOfMessagesVisible", "AWS/SQS"),  # something is waiting in the unprocessed queue
+        ("EventsRejected", c.METRICS_NAMESPACE),  # the handler could not read an event
+        ("Errors", "AWS/Lambda"),  # the handler failed (retried, then kept)
+    ],
+)
+def test_lost_or_failed_events_raise_an_alarm_on_the_topic(template: Template, metric, namespace):
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "MetricName": metric,
+            "Namespace": namespace,
+            "Threshold": 0,
+            "ComparisonOperator": "GreaterThanThreshold",
+            "AlarmActions": [{"Ref": Match.string_like_regexp("AlertTopic")}],
+        },
+    )
+
+
+def test_the_rejected_events_alarm_watches_the_dimension_the_functions_emit():
+    from functions.shared.observability import NAMESPACE, SERVICE
+
+    assert (c.MONITOR_METRICS_SERVICE, c.METRICS_NAMESPACE) == (SERVICE, NAMESPACE)
 
 
 def test_exactly_three_event_rules_and_one_schedule(template: Template):
@@ -516,32 +592,41 @@ def test_context_drives_concurrency_schedule_allowlist_and_subscriptions(customi
         },
     )
     customized.has_resource_properties("AWS::Events::Rule", {"ScheduleExpression": "rate(1 hour)"})
-    rules = [r for r in customized.find_resources("AWS::Events::Rule").values() if "EventPattern" in r["Properties"]]
-    assert len(rules) == 3
-    for rule in rules:
-        resources = rule["Properties"]["EventPattern"]["resources"]
-        assert len(resources) == 2
-        assert resources[1] == {"prefix": "arn:aws:sagemaker:us-east-1:111122223333:cluster/zz9yy8xx7ww6"}
-        assert "prefix" in resources[0]
-        assert "cluster/abc123def456" in json.dumps(resources[0])
+    assert deployed_patterns(customized) == eventbridge.rule_patterns(
+        ["abc123def456", "arn:aws:sagemaker:us-east-1:111122223333:cluster/zz9yy8xx7ww6"]
+    )
     customized.resource_count_is("AWS::SNS::Subscription", 2)
     customized.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"})
 
 
-def test_an_allowlist_of_names_filters_on_the_events_cluster_name(tmp_path_factory):
-    # events carry the cluster id in `resources`, never the name: names must filter detail.ClusterName
-    _, template, _ = synth(tmp_path_factory, clusterAllowlist="ml-eks-prod,ml-slurm-train")
-    rules = [r for r in template.find_resources("AWS::Events::Rule").values() if "EventPattern" in r["Properties"]]
-    assert len(rules) == 3
-    for rule in rules:
-        pattern = rule["Properties"]["EventPattern"]
-        assert "resources" not in pattern
-        assert pattern["detail"]["ClusterName"] == ["ml-eks-prod", "ml-slurm-train"]
+@pytest.fixture(scope="module")
+def named(tmp_path_factory):
+    # names and ids together: events carry both the name and the ARN (with the id) in their detail
+    return synth(tmp_path_factory, clusterAllowlist="sample-cluster,qx06scn2c9eu")[1]
 
 
-def test_an_allowlist_mixing_names_and_ids_is_rejected_with_the_reason(tmp_path_factory):
-    with pytest.raises(ValueError, match="mixes cluster names"):
-        synth(tmp_path_factory, clusterAllowlist="ml-eks-prod,abc123def456")
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        (CAPACITY, [eventbridge.CLUSTER_EVENT]),  # sample-cluster by name
+        (HEALTH_DOCS, [eventbridge.NODE_HEALTH]),
+        (HEALTH_CAPTURE, [eventbridge.NODE_HEALTH]),  # k8-1 by its id qx06scn2c9eu
+        (STATE_CAPTURE, [eventbridge.STATE_CHANGE]),
+    ],
+)
+def test_an_allowlist_of_names_and_ids_selects_published_events_of_those_clusters(named: Template, name, expected):
+    assert matching_rules(deployed_patterns(named), published(name)) == expected
+
+
+def test_an_allowlist_leaves_out_events_of_other_clusters(tmp_path_factory):
+    template = synth(tmp_path_factory, clusterAllowlist="ml-eks-prod,ml-slurm-train")[1]
+    patterns = deployed_patterns(template)
+    assert all(matching_rules(patterns, published(name)) == [] for name in PUBLISHED_VERDICTS)
+
+
+def test_an_allowlist_entry_that_is_no_cluster_is_rejected_with_the_reason(tmp_path_factory):
+    with pytest.raises(ValueError, match="clusterAllowlist: not a HyperPod cluster.*'bad name'"):
+        synth(tmp_path_factory, clusterAllowlist="ml-eks-prod,bad name")
 
 
 def test_invalid_start_session_rate_is_rejected(tmp_path_factory):

@@ -37,6 +37,7 @@ from hyperpod_debugger.sim.lambda_harness import LambdaContext, StreamReader, re
 from hyperpod_debugger.sim.lambda_harness import lambda_context as new_context
 from hyperpod_debugger.sim.slack_sink import SlackSink
 from hyperpod_debugger.store_logic import plan_sweep
+from tests.unit.test_eventbridge import HEALTH_CAPTURE, STATE_CAPTURE, published
 
 EVENTS = pathlib.Path(__file__).resolve().parents[1] / "events"
 TABLE = "hyperpod-findings"
@@ -446,3 +447,105 @@ def test_sweep_of_a_missing_cluster_reports_the_error_and_writes_nothing(monitor
     result = handlers.sweep_cluster({"cluster_name": "gone", "cluster_arn": missing}, lambda_context)
     assert result["status"] == "error" and result["error"]
     assert monitor.store.open_findings(missing) == {}
+
+
+# --------------------------------------------------------------------------- published events, kept rejections
+
+
+def published_health(cluster, instance_id: str, **summary) -> dict:
+    """The community-captured Node Health Event (tests/events/published), aimed at a simulated node."""
+    event = copy.deepcopy(published(HEALTH_CAPTURE))
+    event["resources"] = [cluster.arn]
+    event["detail"].update(ClusterArn=cluster.arn, ClusterName=cluster.name, InstanceId=instance_id)
+    event["detail"]["HealthSummary"].update(summary)
+    return event
+
+
+@pytest.fixture
+def unprocessed(monitor, monkeypatch):
+    url = monitor.clients.client("sqs").create_queue(QueueName="unprocessed-events")["QueueUrl"]
+    monkeypatch.setenv("UNPROCESSED_QUEUE_URL", url)
+    env_module.clear_env_cache()
+    return url
+
+
+def kept(clients: AwsClients, url: str) -> list[dict]:
+    got = clients.client("sqs").receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"])
+    return got.get("Messages", [])
+
+
+def test_a_rejected_event_is_kept_verbatim_with_its_reason(monitor, unprocessed, lambda_context, caplog):
+    # GIVEN a node-health event without its InstanceId
+    event = published(HEALTH_CAPTURE)
+    del event["detail"]["InstanceId"]
+    # WHEN the handler receives it
+    result = handlers.event_handler(event, lambda_context)
+    # THEN it is rejected, logged with the event's id, and kept in the unprocessed queue as it came
+    assert result["status"] == "rejected" and result["kept"] is True
+    [error] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert error.event_id == event["id"]
+    [message] = kept(monitor.clients, unprocessed)
+    assert json.loads(message["Body"]) == event
+    attributes = {k: v["StringValue"] for k, v in message["MessageAttributes"].items()}
+    assert attributes["kind"] == "event" and "InstanceId" in attributes["reason"]
+    assert attributes["detail_type"] == "SageMaker HyperPod Cluster Node Health Event"
+
+
+def test_an_event_whose_arn_has_no_valid_region_is_kept_not_triaged(monitor, unprocessed, lambda_context, monkeypatch):
+    monkeypatch.setattr(handlers, "run_triage", lambda *a: pytest.fail("no triage for an unusable event"))
+    event = published(STATE_CAPTURE)
+    event["detail"]["ClusterArn"] = "arn:aws:sagemaker:moon-1:842413447717:cluster/qx06scn2c9eu"
+    result = handlers.event_handler(event, lambda_context)
+    assert result["status"] == "rejected" and "not a SageMaker HyperPod cluster ARN" in result["errors"][0]["error"]
+    assert len(kept(monitor.clients, unprocessed)) == 1
+
+
+def test_when_the_queue_cannot_keep_a_rejected_event_the_invocation_fails(monitor, lambda_context, monkeypatch):
+    # Lambda then retries and finally hands the event to its on-failure destination: still kept
+    monkeypatch.setenv("UNPROCESSED_QUEUE_URL", "https://sqs.us-west-2.amazonaws.com/111122223333/missing-queue")
+    env_module.clear_env_cache()
+    with pytest.raises(RuntimeError, match="unprocessed-events queue refused"):
+        handlers.event_handler({"hello": "world"}, lambda_context)
+
+
+def test_hyperpods_repair_action_is_shown_beside_ours_and_no_second_action_is_suggested(
+    monitor, live_demo, lambda_context
+):
+    # GIVEN the captured event: HyperPod is replacing the node itself (RepairAction Replace)
+    cluster = live_demo.eks
+    instance_id = cluster.nodes["gpu-workers"][1]  # Xid 79 recurred: our ladder says replace
+    # WHEN the handler triages it
+    result = handlers.event_handler(published_health(cluster, instance_id), lambda_context)
+    assert result["status"] == "processed"
+    # THEN HyperPod's own verdict is a finding of the node, with its words verbatim
+    stored = list(monitor.store.open_findings(cluster.arn).values())
+    [verdict] = [f for f in stored if f.check == "events.node_health"]
+    assert verdict.instance_id == instance_id and verdict.tag == "WARN"
+    assert "RepairAction: Replace" in verdict.evidence
+    assert any(e.startswith("Recommendation: HyperPod is working on repairing") for e in verdict.evidence)
+    # AND no finding of that node suggests a reboot or a replacement of our own
+    steps = {c["step"] for f in stored if f.instance_id == instance_id for c in f.suggested_commands}
+    assert not steps & {"reboot", "replace", "drain"}
+
+
+def test_a_healthy_event_resolves_hyperpods_verdict(monitor, live_demo, lambda_context):
+    cluster = live_demo.eks
+    instance_id = cluster.nodes["gpu-workers"][2]
+    handlers.event_handler(published_health(cluster, instance_id, RepairAction="None"), lambda_context)
+    assert any(f.check == "events.node_health" for f in monitor.store.open_findings(cluster.arn).values())
+    healthy = published_health(cluster, instance_id, HealthStatus="Healthy", RepairAction="None")
+    healthy["id"] = "60196056-7245-ee37-b872-54761ba04a7d"
+    handlers.event_handler(healthy, lambda_context)
+    assert not any(f.check == "events.node_health" for f in monitor.store.open_findings(cluster.arn).values())
+
+
+def test_without_hyperpods_repair_action_our_ladder_still_suggests_its_rung(monitor, live_demo, lambda_context):
+    # the contrast to the test above: the same node, HyperPod taking no action itself
+    cluster = live_demo.eks
+    instance_id = cluster.nodes["gpu-workers"][1]  # Xid 79 recurred: our ladder says replace
+    handlers.event_handler(published_health(cluster, instance_id, RepairAction="None"), lambda_context)
+    stored = list(monitor.store.open_findings(cluster.arn).values())
+    steps = {c["step"] for f in stored if f.instance_id == instance_id for c in f.suggested_commands}
+    assert steps & {"reboot", "replace"}
+    [verdict] = [f for f in stored if f.check == "events.node_health"]
+    assert "RepairAction: None" in verdict.evidence

@@ -182,7 +182,7 @@ def test_a_malformed_delivery_is_logged_and_rejected_without_raising(store, lamb
 
     assert result["status"] == "rejected" and result["error"]
     [error] = [r for r in caplog.records if r.levelname == "ERROR"]
-    assert error.getMessage() == "log payload rejected"
+    assert error.getMessage().startswith("log payload rejected")
 
 
 def test_a_delivery_from_a_log_group_of_another_shape_is_rejected(store, live_demo, lambda_context):

@@ -1,8 +1,16 @@
-"""The read-only IAM actions the collectors call; the README's policy is generated from this."""
+"""The IAM actions the adapters call: the one list the README's policy, ``iam-policy`` and the CDK
+stack's roles are all built from.
+
+Tests keep this list and the code in step twice over: a scan of the adapters' declared calls
+(``tests/unit/test_contracts.py``), and a record of the calls the handlers really make on the
+simulated account against what the synthesized roles grant (``tests/infrastructure``).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 #: Every action an adapter in this package calls. A test keeps this list and the code in step.
 READ_ONLY_ACTIONS: tuple[str, ...] = (
@@ -41,6 +49,47 @@ SESSION_ACTIONS: tuple[str, ...] = (
 )
 
 
+#: The findings table, as ``aws/store.py`` uses it. ``TransactWriteItems`` is not an IAM action: IAM
+#: authorises each item of a transaction as its own action (see :func:`iam_actions`).
+STORE_ACTIONS: tuple[str, ...] = (
+    "dynamodb:GetItem",
+    "dynamodb:Query",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:BatchWriteItem",
+)
+
+#: Actions that need no permission (AWS: "No permissions are required to perform this operation").
+NO_PERMISSION_NEEDED: frozenset[str] = frozenset({"sts:GetCallerIdentity"})
+
+_TRANSACT_ITEM_ACTIONS = {
+    "Put": "dynamodb:PutItem",
+    "Update": "dynamodb:UpdateItem",
+    "Delete": "dynamodb:DeleteItem",
+    "ConditionCheck": "dynamodb:ConditionCheckItem",
+    "Get": "dynamodb:GetItem",
+}
+
+
+def iam_actions(action: str, params: Mapping[str, Any] | None = None) -> set[str]:
+    """The IAM actions one API call needs (an SDK operation is not always an IAM action)."""
+    if action in NO_PERMISSION_NEEDED:
+        return set()
+    if action in ("dynamodb:TransactWriteItems", "dynamodb:TransactGetItems"):
+        items = (params or {}).get("TransactItems") or []
+        return {_TRANSACT_ITEM_ACTIONS[kind] for item in items for kind in item if kind in _TRANSACT_ITEM_ACTIONS}
+    return {action}
+
+
+def by_service(actions: tuple[str, ...]) -> dict[str, list[str]]:
+    """``{"sagemaker": [...], "ec2": [...]}``, in the order given, without the actions that need no permission."""
+    grouped: dict[str, list[str]] = {}
+    for action in actions:
+        if action not in NO_PERMISSION_NEEDED:
+            grouped.setdefault(action.split(":", 1)[0], []).append(action)
+    return grouped
+
+
 def policy_document() -> dict:
     """An identity policy granting exactly the triage's read-only calls.
 
@@ -53,7 +102,7 @@ def policy_document() -> dict:
             {
                 "Sid": "HyperPodDebuggerReadOnly",
                 "Effect": "Allow",
-                "Action": sorted(a for a in READ_ONLY_ACTIONS if a != "sts:GetCallerIdentity"),
+                "Action": sorted(a for a in READ_ONLY_ACTIONS if a not in NO_PERMISSION_NEEDED),
                 "Resource": "*",
             },
             {
