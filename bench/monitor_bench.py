@@ -1,5 +1,6 @@
-"""Benchmark: the monitor's cold import time per handler module, the Lambda layer's size, and the
-findings store's writes per steady-state sweep of an unchanged cluster.
+"""Benchmark: the monitor's cold import time per handler module, the Lambda layer's size, the
+findings store's writes per steady-state sweep of an unchanged cluster, and how long the courier
+takes over a batch while Slack hangs.
 
     make bench            # or: .venv/bin/python bench/monitor_bench.py --nodes 1000
 
@@ -152,6 +153,51 @@ def probed_record_writes(planned: int) -> int:
         return sum((Counter(clients.calls) - before).values())
 
 
+def courier_against_a_hanging_slack(messages: int = 10, hang_s: float = 30.0) -> dict[str, float]:
+    """One courier invocation over a batch of ``messages`` outbox messages (half Slack, half email) while
+    the Slack endpoint holds every request ``hang_s`` without answering; the stack's SLACK_TIMEOUT_S (5 s).
+
+    Wall time of the invocation, Slack requests made, messages reported back to the queue.
+    """
+    from moto import mock_aws
+
+    from functions.monitor import handlers
+    from hyperpod_debugger.sim import moto_patches
+    from hyperpod_debugger.sim.lambda_harness import monitor_harness
+
+    moto_patches.apply()
+    with mock_aws():
+        clients = AwsClients("us-west-2", max_attempts=1)
+        with monitor_harness(clients, env={"PROBE_ENABLED": "false", "SLACK_TIMEOUT_S": "5"}) as monitor:
+            store = FindingStore(clients, monitor.resources.findings_table)
+            now = datetime.now(UTC)
+            found = [
+                Finding(tag=Tag.FAIL, priority=Priority.P1, check=f"bench.check{n}", section="G.1", cluster_arn=ARN,
+                        instance_id=f"i-{n:017x}", message=f"problem {n}")
+                for n in range(messages // 2)
+            ]
+            report = TriageReport(
+                tool_version="bench", generated_at=now.isoformat(),
+                cluster=ClusterRef(name="bench-cluster", arn=ARN, region="us-west-2"), findings=found,
+                coverage=Coverage(checks=[CheckCoverage(check=f.check, status=CheckStatus.RAN) for f in found]),
+                exit_code=1,
+            )
+            store.apply(plan_sweep({}, report, now), now)
+            monitor.invoke(handlers.stream_notifier, monitor.stream_event())
+            event = monitor.outbox.poll()
+            monitor.sink.hang(hang_s)
+            start = time.perf_counter()
+            response = monitor.invoke(handlers.courier, event, timeout_s=60)
+            wall = time.perf_counter() - start
+            monitor.sink.hang(0)
+            return {
+                "wall_s": wall,
+                "slack_requests": monitor.sink.requests,
+                "messages": len(event["Records"]),
+                "returned": len(response["batchItemFailures"]),
+            }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -187,6 +233,13 @@ def main() -> int:
     )
     steady = int(r["steady_max"])
     print(f"  last-probed records for {steady} nodes: {probed_record_writes(steady)} BatchWriteItem calls")
+
+    hung = courier_against_a_hanging_slack()
+    print(
+        f"monitor: courier, {hung['messages']} outbox messages, Slack hanging: {hung['wall_s']:.1f} s for the "
+        f"invocation (timeout 60 s), {hung['slack_requests']} Slack request(s), {hung['returned']} message(s) "
+        "returned to the queue for later"
+    )
     return 0
 
 

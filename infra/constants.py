@@ -18,6 +18,7 @@ EVENT_HANDLER = "functions.monitor.handlers.event_handler"
 SWEEP_HANDLER = "functions.monitor.handlers.sweep_cluster"
 PROBE_BATCH_HANDLER = "functions.monitor.handlers.probe_batch"
 STREAM_NOTIFIER_HANDLER = "functions.monitor.handlers.stream_notifier"
+COURIER_HANDLER = "functions.monitor.handlers.courier"
 LOG_SUBSCRIPTION_HANDLER = "functions.monitor.handlers.log_subscription"
 
 # EventBridge: HyperPod's source, detail-types and the rule patterns live in hyperpod_debugger.eventbridge.
@@ -37,6 +38,8 @@ CTX_FINDINGS_TTL_DAYS = "findingsTtlDays"
 CTX_RUNBOOK_BASE_URL = "runbookBaseUrl"
 CTX_CLUSTER_LOG_GROUPS = "clusterLogGroups"
 CTX_HMA_FILTER_PATTERN = "hmaFilterPattern"
+#: "pinned" (default): sessions only through the stack's own documents; "aws": AWS-StartNonInteractiveCommand.
+CTX_SESSION_DOCUMENTS = "sessionDocuments"
 
 DEFAULT_SCHEDULE = "rate(15 minutes)"
 DEFAULT_START_SESSION_RATE = 3
@@ -61,6 +64,16 @@ IDEMPOTENCY_TTL = "expiration"
 # Stream notifier event source.
 STREAM_BATCH_SIZE = 10
 STREAM_RETRY_ATTEMPTS = 3
+# The outbox (SQS FIFO) and its courier: the visibility timeout is six times the courier's timeout
+# (AWS's advice for an SQS event source); 200 receives with the courier's backoff (1, 2, 4, 8, then
+# every 15 minutes) are about 48 hours of retries before a message moves to the dead-letter queue.
+COURIER_TIMEOUT_S = 60
+OUTBOX_VISIBILITY_S = 6 * COURIER_TIMEOUT_S
+OUTBOX_MAX_RECEIVES = 200
+OUTBOX_RETENTION_DAYS = 4
+OUTBOX_BATCH_SIZE = 10
+#: An alert older than this still waiting in the outbox raises an alarm (a channel is down).
+OUTBOX_MAX_AGE_S = 3600
 EVENT_TARGET_RETRY_ATTEMPTS = 4
 
 # Stable logical ids of the outputs tests and operators read.

@@ -7,6 +7,7 @@ at import). The webhook URL is a secret: it is never logged, and errors name onl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from botocore.exceptions import BotoCoreError, ClientError
 
-from functions.monitor.logic import ChannelError
+from functions.monitor.logic import ChannelError, OutboxMessage
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.notify.slack import DeliveryError, post_to_webhook
 
@@ -91,7 +92,8 @@ def keep_unprocessed(
 class AwsChannels:
     """Slack through an incoming webhook (URL in Secrets Manager), email through an SNS topic.
 
-    A channel without configuration is skipped. The webhook URL is read once per instance.
+    A channel without configuration is skipped. The webhook URL is read once per instance. One
+    attempt per call: the outbox queue retries, with backoff, for as long as its messages live.
     """
 
     def __init__(
@@ -100,8 +102,8 @@ class AwsChannels:
         *,
         secret_name: str | None,
         topic_arn: str | None,
-        slack_attempts: int = 3,
-        slack_timeout: float = 10.0,
+        slack_attempts: int = 1,
+        slack_timeout: float = 5.0,
     ) -> None:
         self._clients = clients
         self._secret_name = secret_name
@@ -119,67 +121,83 @@ class AwsChannels:
             post_to_webhook(self._url, payload, timeout=self._timeout, attempts=self._attempts)
         except DeliveryError as exc:
             # DeliveryError's text is already free of the URL (notify.slack redacts it).
-            raise ChannelError(f"slack: {exc}") from None
+            raise ChannelError(f"slack: {exc}", permanent=not exc.retryable, retry_after=exc.retry_after) from None
 
     def email(self, subject: str, body: str) -> None:
         if not self._topic_arn:
             return
         try:
             self._clients.client("sns").publish(TopicArn=self._topic_arn, Subject=subject, Message=body)
-        except (ClientError, BotoCoreError) as exc:
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            # a message SNS refuses as such cannot succeed later; throttling, KMS or access can
+            permanent = code in {"InvalidParameter", "InvalidParameterValue"}
+            raise ChannelError(f"sns: {code or type(exc).__name__}", permanent=permanent) from None
+        except BotoCoreError as exc:
             raise ChannelError(f"sns: {type(exc).__name__}") from None
 
 
-class DeliveryLedger:
-    """Which channel already carried which stream record, kept in the idempotency table.
+def ledger_clients(region: str) -> AwsClients:
+    """Clients for bookkeeping that must never stall a delivery: two attempts in all (botocore's
+    ``max_attempts`` counts the retries), short timeouts."""
+    return AwsClients(region, max_attempts=1, connect_timeout=2.0, read_timeout=3.0)
 
-    One item per (channel, record): ``id = sent#<channel>#<sequence number>`` with the table's TTL
-    attribute two days out (a stream record lives one). Read once per batch (BatchGetItem), written after
-    each successful send (BatchWriteItem). The ledger only ever saves a duplicate: when it cannot be
-    read or written the message is sent again, never dropped.
+
+class DeliveryLedger:
+    """What the notifier already queued and the courier already sent, kept in the idempotency table.
+
+    One item per key (``queued#<message id>``, ``sent#<message id>``) with the table's TTL attribute
+    two days out. Read once per batch (BatchGetItem), written after each step (BatchWriteItem). Every
+    call is bounded: two SDK attempts with short timeouts and, with a ``deadline`` (a monotonic time),
+    nothing once it has passed. The ledger only ever saves a duplicate: when it cannot be read or
+    written the message is queued or sent again, never dropped.
     """
 
     TTL = timedelta(days=2)
     _GET_CHUNK = 100
     _PUT_CHUNK = 25
-    _ROUNDS = 3
+    _ROUNDS = 2
 
-    def __init__(self, clients: AwsClients, table_name: str, channels: Sequence[str] = ("sns", "slack")) -> None:
+    def __init__(self, clients: AwsClients, table_name: str, *, deadline: float | None = None) -> None:
         self._ddb = clients.client("dynamodb")
         self._table = table_name
-        self._channels = tuple(channels)
+        self._deadline = deadline
         self._known: set[str] = set()
         self.errors: list[str] = []
 
-    @staticmethod
-    def _id(channel: str, record_id: str) -> str:
-        return f"sent#{channel}#{record_id}"
+    def _late(self) -> bool:
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            self.errors.append("skipped: the invocation's time is nearly up")
+            return True
+        return False
 
-    def load(self, record_ids: Sequence[str]) -> None:
-        ids = [self._id(ch, rid) for rid in dict.fromkeys(record_ids) if rid for ch in self._channels]
+    def load(self, keys: Sequence[str]) -> None:
+        ids = [k for k in dict.fromkeys(keys) if k]
         for start in range(0, len(ids), self._GET_CHUNK):
-            keys = [{"id": {"S": i}} for i in ids[start : start + self._GET_CHUNK]]
+            pending = [{"id": {"S": i}} for i in ids[start : start + self._GET_CHUNK]]
             for attempt in range(self._ROUNDS):
+                if self._late():
+                    return
                 try:
                     response = self._ddb.batch_get_item(
-                        RequestItems={self._table: {"Keys": keys, "ProjectionExpression": "id"}}
+                        RequestItems={self._table: {"Keys": pending, "ProjectionExpression": "id"}}
                     )
                 except (ClientError, BotoCoreError) as exc:
                     self.errors.append(f"read: {type(exc).__name__}")
                     break
                 for item in response.get("Responses", {}).get(self._table, []):
                     self._known.add(item["id"]["S"])
-                keys = (response.get("UnprocessedKeys") or {}).get(self._table, {}).get("Keys") or []
-                if not keys:
+                pending = (response.get("UnprocessedKeys") or {}).get(self._table, {}).get("Keys") or []
+                if not pending:
                     break
                 time.sleep(0.05 * 2**attempt)
 
-    def sent(self, channel: str, record_ids: Sequence[str]) -> bool:
-        return bool(record_ids) and all(self._id(channel, rid) in self._known for rid in record_ids)
+    def done(self, key: str) -> bool:
+        return key in self._known
 
-    def mark(self, channel: str, record_ids: Sequence[str]) -> None:
+    def mark(self, keys: Sequence[str]) -> None:
         expires = int((datetime.now(UTC) + self.TTL).timestamp())
-        fresh = [self._id(channel, rid) for rid in dict.fromkeys(record_ids) if rid]
+        fresh = [k for k in dict.fromkeys(keys) if k]
         self._known.update(fresh)
         for start in range(0, len(fresh), self._PUT_CHUNK):
             requests = [
@@ -187,6 +205,8 @@ class DeliveryLedger:
                 for i in fresh[start : start + self._PUT_CHUNK]
             ]
             for attempt in range(self._ROUNDS):
+                if self._late():
+                    return
                 try:
                     response = self._ddb.batch_write_item(RequestItems={self._table: requests})
                 except (ClientError, BotoCoreError) as exc:
@@ -196,3 +216,60 @@ class DeliveryLedger:
                 if not requests:
                     break
                 time.sleep(0.05 * 2**attempt)
+
+
+class SqsOutbox:
+    """The outbox: an SQS FIFO queue, grouped by channel and cluster, deduplicated by message id."""
+
+    def __init__(self, clients: AwsClients, queue_url: str) -> None:
+        self._sqs = clients.client("sqs")
+        self._url = queue_url
+
+    @staticmethod
+    def group_id(message: OutboxMessage) -> str:
+        """``<channel>:<cluster>``, within SQS's 128 characters (a hash stands in for a long group)."""
+        group = f"{message.channel}:{message.group}"
+        if len(group) <= 128:
+            return group
+        return f"{message.channel}:" + hashlib.sha256(message.group.encode()).hexdigest()
+
+    def put(self, message: OutboxMessage) -> None:
+        try:
+            self._sqs.send_message(
+                QueueUrl=self._url,
+                MessageBody=message.to_json(),
+                MessageGroupId=self.group_id(message),
+                MessageDeduplicationId=message.id,
+                MessageAttributes={
+                    "channel": {"DataType": "String", "StringValue": message.channel},
+                    "kind": {"DataType": "String", "StringValue": message.kind},
+                },
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise ChannelError(f"outbox: {type(exc).__name__}") from None
+
+    def backoff(self, receipt_handle: str, seconds: int) -> bool:
+        """Keep a failed message out of sight for ``seconds`` (its group waits with it). False when SQS
+        refused (a total visibility past its limit): the queue's own visibility timeout applies then."""
+        try:
+            self._sqs.change_message_visibility(
+                QueueUrl=self._url, ReceiptHandle=receipt_handle, VisibilityTimeout=int(seconds)
+            )
+        except (ClientError, BotoCoreError):
+            return False
+        return True
+
+
+def dead_letter(clients: AwsClients, queue_url: str, body: str, *, group: str, dedup: str, reason: str) -> None:
+    """Put a message that cannot be delivered as it is on the outbox's dead-letter queue, with why.
+    Raises ``ChannelError`` when the queue refuses (the message then stays in the outbox)."""
+    try:
+        clients.client("sqs").send_message(
+            QueueUrl=queue_url,
+            MessageBody=body,
+            MessageGroupId=group[:128] or "unknown",
+            MessageDeduplicationId=hashlib.sha256(f"dead:{dedup}".encode()).hexdigest()[:64],
+            MessageAttributes={"reason": {"DataType": "String", "StringValue": reason[:1000] or "unknown"}},
+        )
+    except (ClientError, BotoCoreError) as exc:
+        raise ChannelError(f"dead-letter queue: {type(exc).__name__}") from None

@@ -8,28 +8,56 @@
 * :func:`sweep_cluster` / :func:`probe_batch`: the scheduled sweep's two steps (the state machine maps
   the first over clusters and the second over each cluster's probe batches): cluster checks and the
   rotation plan, then the probes of one batch. Every Running node is probed at least once a period.
-* :func:`stream_notifier`: the findings table's DynamoDB stream → Slack and SNS email, on transitions
-  only, with a partial batch response so one failed delivery fails only its own records.
+* :func:`stream_notifier`: the findings table's DynamoDB stream → the outbox (SQS FIFO): each
+  transition rendered for Slack and email; a damaged record is kept aside, never fails the batch.
+* :func:`courier`: the outbox → Slack and SNS, one attempt per message per invocation; failures wait in
+  the queue with backoff and hold back their group, refused messages go to the dead-letter queue.
+
+Inputs no retry can fix (a malformed event, log payload or stream record) are kept, with the reason, in
+the unprocessed-events queue, and counted.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    SqsFifoPartialProcessor,
+    process_partial_response,
+)
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
 from functions.monitor import hma_logs, logic
-from functions.monitor.adapters import AwsChannels, DeliveryLedger, idempotency_store, keep_unprocessed
-from functions.shared.env import MonitorEnv, SweepEnv, monitor_env, notifier_env, sweep_env
+from functions.monitor.adapters import (
+    AwsChannels,
+    DeliveryLedger,
+    SqsOutbox,
+    dead_letter,
+    idempotency_store,
+    keep_unprocessed,
+    ledger_clients,
+)
+from functions.shared.env import (
+    MonitorEnv,
+    NotifierEnv,
+    SweepEnv,
+    courier_env,
+    monitor_env,
+    notifier_env,
+    sweep_env,
+)
 from functions.shared.events import ProbeBatch, parse_hyperpod_event
 from functions.shared.observability import logger, metrics, tracer
 from hyperpod_debugger.aws.clients import AwsClients
@@ -91,6 +119,7 @@ def _run_signal(event: dict[str, Any], signal: logic.ClusterSignal, env: Monitor
         now=_now(),
         probe=env.PROBE_ENABLED,
         probe_timeout=env.PROBE_TIMEOUT_S,
+        documents=env.session_documents,
     )
     kinds = _kinds(transitions)
     notifying = sum(1 for t in transitions if t.notify)
@@ -205,7 +234,9 @@ def sweep_cluster(event: dict[str, Any], context: LambdaContext) -> dict[str, An
     now = _now()
     clients = AwsClients(env.AWS_REGION)
     # max_nodes=0: on Slurm the controller is still read through a session; node probes come in batches.
-    options = ProbeOptions(max_nodes=0, rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S)
+    options = ProbeOptions(
+        max_nodes=0, rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S, documents=env.session_documents
+    )
     report, obs = triage_with_observation(
         TriageRequest(
             cluster=cluster_arn or cluster_name, region=env.AWS_REGION, now=now, probe=env.PROBE_ENABLED,
@@ -276,7 +307,9 @@ def probe_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]
             controllers=frozenset(d["instance_id"] for d in batch.nodes if d.get("role") == "controller"),
             recovering={d["instance_id"]: str(d["recovering"]) for d in batch.nodes if d.get("recovering")},
             now=now,
-            probe_options=ProbeOptions(rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S),
+            probe_options=ProbeOptions(
+                rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S, documents=env.session_documents
+            ),
         ),
         clients,
     )
@@ -303,30 +336,104 @@ def probe_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]
 
 # --------------------------------------------------------------------------- stream notifier
 
-_processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+# A batch whose every record failed is reported as such, not raised: the event source retries the same
+# records either way, and an invocation error would only add noise to the Errors alarm.
+_processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
 
 
-def _record_id(raw: dict[str, Any]) -> str:
-    return str((raw.get("dynamodb") or {}).get("SequenceNumber") or raw.get("eventID") or "")
+def _record_id(raw: Any) -> str:
+    if not isinstance(raw, dict):
+        return ""
+    images = raw.get("dynamodb")
+    sequence = images.get("SequenceNumber") if isinstance(images, dict) else None
+    return str(sequence or "")
 
 
-def _changes(records: list[dict[str, Any]]) -> tuple[list[logic.StreamChange], dict[str, str]]:
-    """The notifying transitions of a batch, and the records that could not be read (id → reason)."""
+def _image(images: dict[str, Any], name: str) -> dict[str, Any] | None:
+    value = images.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} is a {type(value).__name__}, not a map")
+    return plain(value) if value else None
+
+
+def _changes(records: list[Any]) -> tuple[list[logic.StreamChange], dict[str, str], list[tuple[Any, str]]]:
+    """The notifying transitions of a batch; the records that could not be read (id → reason); and
+    the records without a sequence number, which cannot even be reported back as failed."""
     changes: list[logic.StreamChange] = []
     unreadable: dict[str, str] = {}
+    orphans: list[tuple[Any, str]] = []
     for raw in records:
         rid = _record_id(raw)
-        images = raw.get("dynamodb") or {}
+        if not rid:
+            orphans.append((raw, "the record has no dynamodb.SequenceNumber"))
+            continue
         try:
-            new = plain(images["NewImage"]) if images.get("NewImage") else None
-            old = plain(images["OldImage"]) if images.get("OldImage") else None
-            change = logic.change_of(rid, new, old, from_item)
-        except (KeyError, TypeError, ValueError) as exc:
-            unreadable[rid] = type(exc).__name__
+            images = raw["dynamodb"]
+            change = logic.change_of(rid, _image(images, "NewImage"), _image(images, "OldImage"), from_item)
+        except Exception as exc:  # noqa: BLE001 - one damaged record is kept aside; it never fails the batch
+            unreadable[rid] = f"{type(exc).__name__}: {exc}"[:300]
             continue
         if change is not None:
             changes.append(change)
-    return changes, unreadable
+    return changes, unreadable, orphans
+
+
+def _keep_unreadable(env: NotifierEnv, records: list[Any], unreadable: dict[str, str],
+                     orphans: list[tuple[Any, str]]) -> set[str]:
+    """Keep damaged records in the unprocessed queue; returns the ids that could not be kept (those fail
+    and are retried by the stream, so nothing is lost either way)."""
+    by_id = {_record_id(r): r for r in records if _record_id(r)}
+    failed: set[str] = set()
+    items = [(by_id[rid], reason, rid) for rid, reason in unreadable.items()] + [(r, why, "") for r, why in orphans]
+    for raw, reason, rid in items:
+        metrics.add_metric(name="StreamRecordsUnreadable", unit=MetricUnit.Count, value=1)
+        try:
+            kept = keep_unprocessed(env.UNPROCESSED_QUEUE_URL, env.AWS_REGION, raw, kind="stream record",
+                                    errors=[{"at": "record", "error": reason}])
+        except RuntimeError as exc:
+            logger.error("stream record unreadable and not kept", record=rid or None, reason=reason, error=str(exc))
+            if rid:
+                failed.add(rid)
+            continue
+        logger.error("stream record unreadable: kept for inspection" if kept else "stream record unreadable",
+                     record=rid or None, reason=reason)
+    return failed
+
+
+def _enqueue(env: NotifierEnv, deliveries: list[logic.Delivery], ledger: logic.Ledger) -> set[str]:
+    """Render every delivery and queue one message per channel in the outbox, in stream order.
+
+    Once a message of a cluster could not be queued, the later deliveries of that cluster are not
+    queued either (their records fail with it), so the outbox never holds a later transition of a
+    finding without the earlier one. Returns the record ids that failed.
+    """
+    outbox = SqsOutbox(AwsClients(env.AWS_REGION), env.OUTBOX_QUEUE_URL)
+    failed: set[str] = set()
+    held: set[str] = set()
+    now = _now()
+    for delivery in deliveries:
+        cluster = delivery.changes[0].finding.cluster_arn
+        if cluster in held:
+            failed.update(delivery.record_ids)
+            continue
+        message = logic.render(delivery, region=env.AWS_REGION, runbook_base_url=env.RUNBOOK_BASE_URL)
+        try:
+            for item in logic.outbox_messages(delivery, message, channels=env.channels, now=now):
+                if ledger.done(f"queued#{item.id}"):
+                    continue
+                outbox.put(item)
+                ledger.mark([f"queued#{item.id}"])
+        except logic.ChannelError as exc:
+            held.add(cluster)
+            failed.update(delivery.record_ids)
+            metrics.add_metric(name="OutboxPutFailures", unit=MetricUnit.Count, value=1)
+            logger.warning("outbox refused a message: its cluster's later records wait", delivery=delivery.key,
+                           error=str(exc))
+            continue
+        metrics.add_metric(name="OutboxMessages", unit=MetricUnit.Count, value=len(env.channels))
+    return failed
 
 
 @with_env(notifier_env)
@@ -334,60 +441,161 @@ def _changes(records: list[dict[str, Any]]) -> tuple[list[logic.StreamChange], d
 @metrics.log_metrics
 @tracer.capture_lambda_handler(capture_response=False)
 def stream_notifier(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """The findings table's stream → the outbox: each transition rendered for Slack and email.
+
+    A record that cannot be read is kept aside and never fails the batch; a record whose message the
+    outbox refused fails (with the later records of its cluster) and is retried by the stream.
+    """
     env = notifier_env()
-    records = list(event.get("Records") or [])
+    raw_records = event.get("Records") if isinstance(event, dict) else None
+    records = list(raw_records) if isinstance(raw_records, list) else []
     metrics.add_metric(name="StreamRecords", unit=MetricUnit.Count, value=len(records))
-    changes, unreadable = _changes(records)
+    changes, unreadable, orphans = _changes(records)
+    failed = _keep_unreadable(env, records, unreadable, orphans)
     deliveries = logic.plan_deliveries(
         changes, digest_threshold=env.DIGEST_THRESHOLD, breaker_threshold=env.BREAKER_THRESHOLD
     )
-    by_record = {rid: d for d in deliveries for rid in d.record_ids}
-    channels = AwsChannels(
-        AwsClients(env.AWS_REGION),
-        secret_name=env.SLACK_SECRET_NAME,
-        topic_arn=env.ALERT_TOPIC_ARN,
-        slack_attempts=env.SLACK_ATTEMPTS,
-        slack_timeout=env.SLACK_TIMEOUT_S,
-    )
     ledger: logic.Ledger = logic.NoLedger()
     if env.IDEMPOTENCY_TABLE:
-        ledger = DeliveryLedger(AwsClients(env.AWS_REGION), env.IDEMPOTENCY_TABLE)
-        ledger.load([rid for d in deliveries for rid in d.record_ids])
-    outcome: dict[str, logic.DeliveryFailed | None] = {}
+        ledger = DeliveryLedger(ledger_clients(env.AWS_REGION), env.IDEMPOTENCY_TABLE, deadline=_deadline(context))
+        ledger.load([f"queued#{m}" for d in deliveries for m in _message_ids(d, env.channels)])
+    failed |= _enqueue(env, deliveries, ledger)
+    well_formed = [r for r in records if _record_id(r)]
 
     def record_handler(record: DynamoDBRecord) -> None:
         rid = _record_id(record.raw_event)
-        if rid in unreadable:
-            raise ValueError(f"stream record {rid} could not be read ({unreadable[rid]})")
-        delivery = by_record.get(rid)
-        if delivery is None:
-            return  # a heartbeat, history or sweep item: nothing to tell anyone
-        if delivery.key not in outcome:
-            message = logic.render(delivery, region=env.AWS_REGION, runbook_base_url=env.RUNBOOK_BASE_URL)
-            try:
-                used = logic.deliver(delivery, message, channels, ledger)
-                outcome[delivery.key] = None
-                metrics.add_metric(name=f"Notifications{delivery.kind.title()}", unit=MetricUnit.Count, value=1)
-                logger.info(
-                    "notification sent",
-                    delivery=delivery.key,
-                    kind=delivery.kind,
-                    records=len(delivery.changes),
-                    channels=used,
-                )
-            except logic.DeliveryFailed as exc:
-                outcome[delivery.key] = exc
-                metrics.add_metric(name="NotificationFailures", unit=MetricUnit.Count, value=1)
-                logger.warning("notification failed", delivery=delivery.key, failures=exc.failures)
-        failed = outcome[delivery.key]
-        if failed is not None:
-            raise failed
+        if rid in failed:
+            raise RuntimeError(f"stream record {rid} was not queued; the stream retries it")
 
     response = process_partial_response(
-        event=event, record_handler=record_handler, processor=_processor, context=context
+        event={"Records": well_formed}, record_handler=record_handler, processor=_processor, context=context
     )
     if isinstance(ledger, DeliveryLedger) and ledger.errors:
-        # Not fatal: at worst a retried record is sent again on a channel that already carried it.
+        # Not fatal: at worst a retried record is queued again (the outbox's deduplication still holds).
+        logger.warning("delivery ledger unavailable", errors=ledger.errors[:5])
+    logger.info("transitions queued", deliveries=len(deliveries), failed=len(failed), unreadable=len(unreadable))
+    return response
+
+
+def _message_ids(delivery: logic.Delivery, channels: tuple[str, ...]) -> list[str]:
+    return [logic.message_id(c, delivery.record_ids) for c in logic.CHANNELS if c in channels]
+
+
+def _deadline(context: Any, margin_s: float = 10.0) -> float | None:
+    """A monotonic time a little before the invocation's end, or None when the context cannot say."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining is None:
+        return None
+    return time.monotonic() + max(remaining() / 1000 - margin_s, 0.0)
+
+
+# --------------------------------------------------------------------------- courier
+
+_courier_processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+_courier_processor.raise_on_entire_batch_failure = False  # see _processor
+#: What one delivery attempt may take beyond the Slack timeout (the SNS call, the ledger), in seconds.
+SEND_MARGIN_S = 3.0
+
+
+class _NotAttempted(Exception):
+    """Not tried in this invocation (no time left, or its channel is down right now): retried later."""
+
+
+@with_env(courier_env)
+@logger.inject_lambda_context(log_event=False)
+@metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
+def courier(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """The outbox (SQS FIFO) → Slack and SNS: one attempt per message per invocation.
+
+    * A message already sent (the ledger says so) is not sent again.
+    * A failure keeps the message in the queue for a backoff (Slack's Retry-After, else doubling up
+      to ``RETRY_CAP_S``) and holds back the later messages of its group (channel and cluster); after
+      the queue's receive limit it moves, whole, to the dead-letter queue.
+    * A message the channel refuses as such (a 4xx from Slack, an invalid SNS message) goes to the
+      dead-letter queue at once, so it does not hold back its group.
+    * Once a channel failed in this invocation, its other messages wait without being tried, and no
+      message is tried without time for it: unsent messages are reported before the timeout.
+    """
+    env = courier_env()
+    clients = AwsClients(env.AWS_REGION)
+    channels = AwsChannels(clients, secret_name=env.SLACK_SECRET_NAME, topic_arn=env.ALERT_TOPIC_ARN,
+                           slack_attempts=1, slack_timeout=env.SLACK_TIMEOUT_S)
+    outbox = SqsOutbox(clients, env.OUTBOX_QUEUE_URL)
+    records = [r for r in (event.get("Records") or []) if isinstance(r, dict)] if isinstance(event, dict) else []
+    parsed: dict[str, logic.OutboxMessage | str] = {}
+    for raw in records:
+        try:
+            parsed[str(raw.get("messageId"))] = logic.OutboxMessage.from_json(str(raw.get("body")))
+        except ValueError as exc:
+            parsed[str(raw.get("messageId"))] = str(exc)
+    ledger: logic.Ledger = logic.NoLedger()
+    if env.IDEMPOTENCY_TABLE:
+        ledger = DeliveryLedger(ledger_clients(env.AWS_REGION), env.IDEMPOTENCY_TABLE, deadline=_deadline(context))
+        ledger.load([f"sent#{m.id}" for m in parsed.values() if isinstance(m, logic.OutboxMessage)])
+    down: dict[str, str] = {}
+    #: message group -> the backoff its first failed message got; the messages held back behind it
+    #: wait as long, so the group comes back whole (a FIFO group is blocked while any of it is in flight)
+    group_delay: dict[str, int] = {}
+    backed_off: set[str] = set()
+
+    def retry_later(record: SQSRecord, retry_after: float | None) -> None:
+        delay = logic.retry_delay(
+            int(record.attributes.approximate_receive_count or 1), retry_after,
+            base=env.RETRY_BASE_S, cap=env.RETRY_CAP_S,
+        )
+        outbox.backoff(record.receipt_handle, delay)
+        backed_off.add(record.message_id)
+        group = record.attributes.message_group_id or ""
+        group_delay[group] = max(group_delay.get(group, 0), delay)
+
+    def record_handler(record: SQSRecord) -> None:
+        item = parsed.get(record.message_id)
+        if not isinstance(item, logic.OutboxMessage):
+            reason = f"not an outbox message: {item}"
+            dead_letter(clients, env.OUTBOX_DLQ_URL, record.body, group=record.attributes.message_group_id or "-",
+                        dedup=record.message_id, reason=reason)
+            metrics.add_metric(name="OutboxDeadLettered", unit=MetricUnit.Count, value=1)
+            logger.error("outbox message unreadable: moved to the dead-letter queue", message_id=record.message_id,
+                         reason=reason)
+            return
+        if ledger.done(f"sent#{item.id}"):
+            return
+        if item.channel in down:
+            retry_later(record, None)
+            raise _NotAttempted(f"{item.channel} failed earlier in this invocation: {down[item.channel]}")
+        if context.get_remaining_time_in_millis() / 1000 < env.SLACK_TIMEOUT_S + SEND_MARGIN_S:
+            raise _NotAttempted("not enough time left in this invocation")
+        try:
+            logic.send(item, channels)
+        except logic.ChannelError as exc:
+            if exc.permanent:
+                dead_letter(clients, env.OUTBOX_DLQ_URL, record.body, group=record.attributes.message_group_id
+                            or item.group, dedup=item.id, reason=str(exc))
+                metrics.add_metric(name="OutboxDeadLettered", unit=MetricUnit.Count, value=1)
+                logger.error("message refused by its channel: moved to the dead-letter queue", delivery=item.key,
+                             channel=item.channel, error=str(exc))
+                return
+            down[item.channel] = str(exc)
+            retry_later(record, exc.retry_after)
+            metrics.add_metric(name="NotificationFailures", unit=MetricUnit.Count, value=1)
+            logger.warning("notification failed: retried later", delivery=item.key, channel=item.channel,
+                           error=str(exc), receive_count=record.attributes.approximate_receive_count)
+            raise
+        ledger.mark([f"sent#{item.id}"])
+        metrics.add_metric(name=f"Notifications{item.kind.title()}", unit=MetricUnit.Count, value=1)
+        logger.info("notification sent", delivery=item.key, kind=item.kind, channel=item.channel,
+                    records=len(item.records))
+
+    response = process_partial_response(
+        event={"Records": records}, record_handler=record_handler, processor=_courier_processor, context=context
+    )
+    failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+    for raw in records:
+        message_id, group = str(raw.get("messageId")), str((raw.get("attributes") or {}).get("MessageGroupId") or "")
+        if message_id in failed and message_id not in backed_off and group in group_delay:
+            outbox.backoff(str(raw.get("receiptHandle")), group_delay[group])
+    if isinstance(ledger, DeliveryLedger) and ledger.errors:
         logger.warning("delivery ledger unavailable", errors=ledger.errors[:5])
     return response
 

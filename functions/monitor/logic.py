@@ -3,13 +3,16 @@
 * :func:`signal_of`: a parsed HyperPod event → what to triage (or nothing, for informational events).
 * :func:`handle_cluster_event`: one HyperPod signal → a scoped triage (the cluster's API checks plus a
   probe of the named node) → the findings store's transitions.
-* :func:`plan_deliveries` / :func:`deliver`: the findings stream's transitions → Slack and email
-  messages, grouped into a digest when one batch opens many findings of one cluster and into one
-  circuit-breaker alert when many nodes fail the same check.
+* :func:`plan_deliveries` / :func:`outbox_messages`: the findings stream's transitions → Slack and
+  email messages, grouped into a digest when one batch opens many findings of one cluster and into one
+  circuit-breaker alert when many nodes fail the same check, rendered and queued in the outbox.
+* :func:`send` / :func:`retry_delay`: the courier's side: one message, one attempt, and when to try again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +21,7 @@ from typing import Any, Literal, Protocol
 
 from functions.shared.events import ClusterEvent, ClusterStateChange, NodeHealthEvent
 from hyperpod_debugger import eventbridge, ladder
+from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments
 from hyperpod_debugger.model import TriageReport
 from hyperpod_debugger.notify import Notice, breaker, breaker_email, digest, digest_email, email_text, slack_message
 from hyperpod_debugger.notify.stored import notice_of
@@ -157,14 +161,21 @@ class FindingsPort(Protocol):
 Triage = Callable[[TriageRequest], TriageReport]
 
 
-def triage_request(signal: ClusterSignal, now: datetime, *, probe: bool, probe_timeout: float) -> TriageRequest:
+def triage_request(
+    signal: ClusterSignal,
+    now: datetime,
+    *,
+    probe: bool,
+    probe_timeout: float,
+    documents: SessionDocuments = NO_DOCUMENTS,
+) -> TriageRequest:
     return TriageRequest(
         cluster=signal.cluster,
         region=signal.region,
         node=signal.node,
         now=now,
         probe=probe and signal.node is not None,
-        probe_options=ProbeOptions(max_nodes=1, timeout=probe_timeout),
+        probe_options=ProbeOptions(max_nodes=1, timeout=probe_timeout, documents=documents),
         health=signal.health,
     )
 
@@ -177,6 +188,7 @@ def handle_cluster_event(
     now: datetime,
     probe: bool = True,
     probe_timeout: float = 180.0,
+    documents: SessionDocuments = NO_DOCUMENTS,
 ) -> list[Transition]:
     """Run the scoped triage the signal asks for and write what changed.
 
@@ -194,7 +206,7 @@ def handle_cluster_event(
     ------------
     SageMaker/EC2/EKS/Logs (read-only, through ``triage``), Session Manager (probe), DynamoDB.
     """
-    report = triage(triage_request(signal, now, probe=probe, probe_timeout=probe_timeout))
+    report = triage(triage_request(signal, now, probe=probe, probe_timeout=probe_timeout, documents=documents))
     cluster = report.cluster.arn or signal.cluster_arn
     plan = plan_sweep(store.open_findings(cluster), report, now)
     return store.apply(plan, now)
@@ -377,8 +389,130 @@ def render(delivery: Delivery, *, region: str, runbook_base_url: str | None) -> 
     return Message(breaker(*args, **kw), subject, body)
 
 
+# --------------------------------------------------------------------------- the outbox
+
+#: Channels in the order they are queued for one message (email first: it never waits for Slack).
+CHANNELS = ("sns", "slack")
+OUTBOX_VERSION = 1
+
+
+@dataclass(frozen=True)
+class OutboxMessage:
+    """One rendered message for one channel, as it waits in the outbox queue.
+
+    ``id`` is stable for the same records on the same channel: it is the queue's deduplication id and
+    the delivery ledger's key, so a record read twice from the stream is queued once and sent once.
+    ``group`` (the cluster) orders the queue: a message that waits holds back the later ones of its
+    cluster on its channel, so Slack never shows "New" after "Resolved" for one finding.
+    """
+
+    id: str
+    channel: str
+    group: str
+    key: str
+    kind: str
+    records: tuple[str, ...]
+    created_at: str
+    slack: dict[str, Any] | None = None
+    subject: str | None = None
+    body: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "v": OUTBOX_VERSION,
+                "id": self.id,
+                "channel": self.channel,
+                "group": self.group,
+                "key": self.key,
+                "kind": self.kind,
+                "records": list(self.records),
+                "created_at": self.created_at,
+                "slack": self.slack,
+                "subject": self.subject,
+                "body": self.body,
+            },
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> OutboxMessage:
+        """Raises ``ValueError`` naming what is wrong with a body that is not an outbox message."""
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError):
+            raise ValueError("the body is not JSON") from None
+        if not isinstance(data, dict) or data.get("v") != OUTBOX_VERSION:
+            raise ValueError(f"not an outbox message of version {OUTBOX_VERSION}")
+        channel = data.get("channel")
+        if channel not in CHANNELS:
+            raise ValueError(f"unknown channel {channel!r}")
+        for name in ("id", "group", "key", "kind", "created_at"):
+            if not isinstance(data.get(name), str) or not data[name]:
+                raise ValueError(f"{name} is missing")
+        records = data.get("records")
+        if not isinstance(records, list) or not all(isinstance(r, str) for r in records):
+            raise ValueError("records is not a list of record ids")
+        if channel == "slack" and not isinstance(data.get("slack"), dict):
+            raise ValueError("a Slack message without its payload")
+        if channel == "sns" and not (isinstance(data.get("subject"), str) and isinstance(data.get("body"), str)):
+            raise ValueError("an email without its subject and body")
+        return cls(
+            id=data["id"],
+            channel=channel,
+            group=data["group"],
+            key=data["key"],
+            kind=data["kind"],
+            records=tuple(records),
+            created_at=data["created_at"],
+            slack=data.get("slack"),
+            subject=data.get("subject"),
+            body=data.get("body"),
+        )
+
+
+def message_id(channel: str, record_ids: Sequence[str]) -> str:
+    digest = hashlib.sha256("\x1f".join([channel, *sorted(record_ids)]).encode()).hexdigest()
+    return digest[:64]
+
+
+def outbox_messages(
+    delivery: Delivery, message: Message, *, channels: Sequence[str], now: datetime
+) -> list[OutboxMessage]:
+    """One outbox message per configured channel for one delivery."""
+    group = delivery.changes[0].finding.cluster_arn if delivery.changes else "-"
+    out = []
+    for channel in (c for c in CHANNELS if c in channels):
+        out.append(
+            OutboxMessage(
+                id=message_id(channel, delivery.record_ids),
+                channel=channel,
+                group=group,
+                key=delivery.key,
+                kind=delivery.kind,
+                records=tuple(delivery.record_ids),
+                created_at=now.isoformat(),
+                slack=message.slack if channel == "slack" else None,
+                subject=message.subject if channel == "sns" else None,
+                body=message.body if channel == "sns" else None,
+            )
+        )
+    return out
+
+
 class ChannelError(Exception):
-    """A channel could not deliver (adapters translate their SDK / HTTP errors into this)."""
+    """A channel could not deliver (adapters translate their SDK / HTTP errors into this).
+
+    ``permanent``: sending the same message again cannot succeed (Slack refused the payload, the
+    webhook is gone): it goes to the dead-letter queue at once instead of holding back its group.
+    ``retry_after``: the channel said when to come back (Slack's 429 Retry-After), in seconds.
+    """
+
+    def __init__(self, message: str, *, permanent: bool = False, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+        self.retry_after = retry_after
 
 
 class Channels(Protocol):
@@ -389,77 +523,60 @@ class Channels(Protocol):
     def email(self, subject: str, body: str) -> None: ...
 
 
-class DeliveryFailed(Exception):
-    """At least one channel failed; the others were still tried."""
+def send(message: OutboxMessage, channels: Channels) -> None:
+    """Send one outbox message on its channel (one attempt: the queue does the retrying)."""
+    if message.channel == "slack":
+        channels.slack(message.slack or {})
+    else:
+        channels.email(message.subject or "", message.body or "")
 
-    def __init__(self, key: str, failures: dict[str, str]) -> None:
-        super().__init__(f"delivery {key} failed on {', '.join(sorted(failures))}")
-        self.key = key
-        self.failures = failures
+
+def retry_delay(receive_count: int, retry_after: float | None, *, base: int = 60, cap: int = 900) -> int:
+    """Seconds before a failed message is tried again: the channel's own Retry-After when it gave one,
+    else exponential from ``base`` up to ``cap`` by how often the queue has handed it out."""
+    if retry_after is not None and retry_after >= 0:
+        return int(min(max(retry_after, 1), 12 * 3600))
+    attempts = max(receive_count, 1)
+    return int(min(base * 2 ** min(attempts - 1, 20), cap))
 
 
 class Ledger(Protocol):
-    """Which channels already carried which stream records (so a retried batch does not send twice)."""
+    """Keys of what was already done (``queued#<id>``, ``sent#<id>``), so a retry does not do it twice."""
 
-    def sent(self, channel: str, record_ids: Sequence[str]) -> bool: ...
+    def done(self, key: str) -> bool: ...
 
-    def mark(self, channel: str, record_ids: Sequence[str]) -> None: ...
+    def mark(self, keys: Sequence[str]) -> None: ...
 
 
 class NoLedger:
-    """Remembers nothing: every attempt sends on every channel."""
+    """Remembers nothing: every attempt acts again (the queue's deduplication still holds for 5 minutes)."""
 
-    def sent(self, channel: str, record_ids: Sequence[str]) -> bool:
+    def done(self, key: str) -> bool:
         return False
 
-    def mark(self, channel: str, record_ids: Sequence[str]) -> None:
+    def mark(self, keys: Sequence[str]) -> None:
         return None
 
 
-def deliver(delivery: Delivery, message: Message, channels: Channels, ledger: Ledger | None = None) -> list[str]:
-    """Send ``message`` on every channel that has not carried it yet; return the channels used.
-
-    Raises :class:`DeliveryFailed` naming the channels that failed. One channel failing never keeps the
-    other from sending (Slack down still sends the email), and with a ledger the retry of the stream
-    record sends only on the channel that failed: the email does not go out twice.
-    """
-    ledger = ledger or NoLedger()
-    failures: dict[str, str] = {}
-    used: list[str] = []
-    sends: list[tuple[str, Callable[[], None]]] = [
-        ("sns", lambda: channels.email(message.subject, message.body)),
-        ("slack", lambda: channels.slack(message.slack)),
-    ]
-    for name, send in sends:
-        if ledger.sent(name, delivery.record_ids):
-            continue
-        try:
-            send()
-        except ChannelError as exc:
-            failures[name] = str(exc)
-            continue
-        used.append(name)
-        ledger.mark(name, delivery.record_ids)
-    if failures:
-        raise DeliveryFailed(delivery.key, failures)
-    return used
-
-
 __all__ = [
+    "CHANNELS",
     "ChannelError",
     "Channels",
     "ClusterSignal",
     "Delivery",
-    "DeliveryFailed",
     "FindingsPort",
     "Ledger",
     "Message",
     "NoLedger",
+    "OutboxMessage",
     "RotationSettings",
     "UnusableEvent",
     "StreamChange",
     "change_of",
-    "deliver",
+    "message_id",
+    "outbox_messages",
+    "retry_delay",
+    "send",
     "handle_cluster_event",
     "plan_deliveries",
     "plan_probe_batches",

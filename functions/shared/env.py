@@ -11,6 +11,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
+from hyperpod_debugger.aws.ssm_documents import SessionDocuments
 from hyperpod_debugger.eventbridge import Allowlist
 
 
@@ -40,7 +41,23 @@ class ClusterAllowlist(BaseModel):
         return Allowlist.from_setting(self.CLUSTER_ALLOWLIST).allows(cluster_name, cluster_arn)
 
 
-class MonitorEnv(_Env, Runbook, ClusterAllowlist):
+class Sessions(BaseModel):
+    #: The stack's pinned Session documents, ``{"probe": name, "slurm": name}``: sessions run only the
+    #: commands they carry. Empty: AWS-StartNonInteractiveCommand (``-c sessionDocuments=aws``).
+    SESSION_DOCUMENTS: str = ""
+
+    @field_validator("SESSION_DOCUMENTS")
+    @classmethod
+    def _documents_named(cls, value: str) -> str:
+        SessionDocuments.from_setting(value)
+        return value
+
+    @property
+    def session_documents(self) -> SessionDocuments:
+        return SessionDocuments.from_setting(self.SESSION_DOCUMENTS)
+
+
+class MonitorEnv(_Env, Runbook, ClusterAllowlist, Sessions):
     """The EventBridge event handler and the HMA log-subscription handler."""
 
     FINDINGS_TABLE: str = Field(min_length=1)
@@ -56,19 +73,41 @@ class MonitorEnv(_Env, Runbook, ClusterAllowlist):
     UNPROCESSED_QUEUE_URL: str | None = None
 
 
-class NotifierEnv(_Env, Runbook):
-    """The DynamoDB-stream notifier. A channel whose setting is empty is not used."""
-
+class _Channels(BaseModel):
+    #: A channel whose setting is empty is not used.
     SLACK_SECRET_NAME: str | None = None
     ALERT_TOPIC_ARN: str | None = None
-    #: Where the notifier remembers which channel carried which record (no ledger: a retry resends all).
+    #: Where the notifier and the courier remember what they queued and sent (none: a retry may repeat).
     IDEMPOTENCY_TABLE: str | None = None
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        return tuple(c for c, on in (("sns", self.ALERT_TOPIC_ARN), ("slack", self.SLACK_SECRET_NAME)) if on)
+
+
+class NotifierEnv(_Env, Runbook, _Channels):
+    """The DynamoDB-stream notifier: renders each transition and queues it in the outbox."""
+
+    #: The outbox (SQS FIFO) the courier delivers from.
+    OUTBOX_QUEUE_URL: str = Field(min_length=1)
+    #: Where stream records that cannot be read are kept (the stream's own dead-letter queue).
+    UNPROCESSED_QUEUE_URL: str | None = None
     #: More NEW findings of one cluster than this in one batch: one digest instead.
     DIGEST_THRESHOLD: PositiveInt = 10
     #: At least this many NEW findings of one check in one cluster: one circuit-breaker alert.
     BREAKER_THRESHOLD: PositiveInt = 5
-    SLACK_ATTEMPTS: PositiveInt = 3
-    SLACK_TIMEOUT_S: float = Field(default=10.0, gt=0)
+
+
+class CourierEnv(_Env, _Channels):
+    """The courier: delivers the outbox's messages to Slack and SNS, one attempt each time."""
+
+    OUTBOX_QUEUE_URL: str = Field(min_length=1)
+    #: Messages that can never be delivered as they are (refused payloads) go here at once.
+    OUTBOX_DLQ_URL: str = Field(min_length=1)
+    SLACK_TIMEOUT_S: float = Field(default=5.0, gt=0, le=30)
+    #: Seconds before a failed message is retried: doubling from the base up to the cap.
+    RETRY_BASE_S: PositiveInt = 60
+    RETRY_CAP_S: PositiveInt = 900
 
 
 def _environ(model: type[BaseModel]) -> dict[str, str]:
@@ -76,7 +115,7 @@ def _environ(model: type[BaseModel]) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in model.model_fields and v != ""}
 
 
-class SweepEnv(_Env, ClusterAllowlist):
+class SweepEnv(_Env, ClusterAllowlist, Sessions):
     """The per-cluster sweep the Step Functions Map invokes."""
 
     FINDINGS_TABLE: str = Field(min_length=1)
@@ -109,7 +148,13 @@ def notifier_env() -> NotifierEnv:
     return NotifierEnv.model_validate(_environ(NotifierEnv))
 
 
+@lru_cache(maxsize=1)
+def courier_env() -> CourierEnv:
+    return CourierEnv.model_validate(_environ(CourierEnv))
+
+
 def clear_env_cache() -> None:
     sweep_env.cache_clear()
     monitor_env.cache_clear()
     notifier_env.cache_clear()
+    courier_env.cache_clear()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -74,7 +75,8 @@ def cluster_log_groups(entries: list[str], allowlist: list[str]) -> list[Cluster
 
 
 class HmaSubscription(Construct):
-    """Exposes `function` (the log-subscription PythonFunction) and `filters` (log group name -> filter).
+    """Exposes `function` (the log-subscription PythonFunction), `filters` (log group name -> filter) and
+    `alarms` (set by the stack, which owns the alert topic).
 
     Its own function rather than the event handler's: a Lambda has one handler entry point, and a
     separate function keeps its own role, log group, metrics and invoke permissions (scoped to the
@@ -109,6 +111,7 @@ class HmaSubscription(Construct):
             cluster_allowlist=cluster_allowlist,
             log_retention=log_retention,
         )
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
         destination = destinations.LambdaDestination(self.function.function)
         self.filters: dict[str, logs.SubscriptionFilter] = {}
         for group in log_groups:

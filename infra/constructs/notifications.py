@@ -1,8 +1,16 @@
-"""Alerts: a KMS-encrypted SNS topic with email subscriptions, the Slack webhook secret, and the stream notifier.
+"""Alerts: a KMS-encrypted SNS topic with email subscriptions, the Slack webhook secret, the stream
+notifier, the outbox and its courier.
 
-The notifier reads the findings table's stream (transitions only are decided in the handler), posts to Slack
-and publishes to SNS. Failed batches are bisected and retried, then land in an SQS DLQ whose depth raises an
-alarm on the same topic, so no finding is lost silently.
+    findings stream ─▶ stream_notifier ─▶ outbox (SQS FIFO) ─▶ courier ─▶ Slack, SNS email
+                           │                    │
+                           └▶ notifier DLQ      └▶ outbox DLQ (the rendered message itself)
+
+The notifier renders each transition and queues one message per channel in the outbox, grouped by
+channel and cluster so a message that waits holds back the later ones of its cluster. The courier
+makes one attempt per message per invocation; a failure waits for a backoff in the queue, for about
+48 hours, before the message moves, whole, to the outbox's dead-letter queue: a day-long Slack
+outage delays alerts and loses none. Each queue's depth, and an alert waiting in the outbox for more
+than an hour, raise an alarm on the same topic.
 """
 
 from __future__ import annotations
@@ -23,11 +31,22 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.constants import STREAM_BATCH_SIZE, STREAM_NOTIFIER_HANDLER, STREAM_RETRY_ATTEMPTS
+from infra.constants import (
+    COURIER_HANDLER,
+    COURIER_TIMEOUT_S,
+    OUTBOX_BATCH_SIZE,
+    OUTBOX_MAX_AGE_S,
+    OUTBOX_MAX_RECEIVES,
+    OUTBOX_RETENTION_DAYS,
+    OUTBOX_VISIBILITY_S,
+    STREAM_BATCH_SIZE,
+    STREAM_NOTIFIER_HANDLER,
+    STREAM_RETRY_ATTEMPTS,
+)
 from infra.constructs.python_function import PythonFunction
 
 
-def encrypted_dlq(scope: Construct, construct_id: str) -> sqs.Queue:
+def encrypted_dlq(scope: Construct, construct_id: str, *, fifo: bool = False) -> sqs.Queue:
     """An SQS dead-letter queue: SSE, TLS-only, 14 days of retention."""
     return sqs.Queue(
         scope,
@@ -35,19 +54,26 @@ def encrypted_dlq(scope: Construct, construct_id: str) -> sqs.Queue:
         encryption=sqs.QueueEncryption.SQS_MANAGED,
         enforce_ssl=True,
         retention_period=cdk.Duration.days(14),
+        fifo=fifo or None,
     )
 
 
 def alarm(
-    scope: Construct, construct_id: str, metric: cloudwatch.IMetric, description: str, topic: sns.ITopic
+    scope: Construct,
+    construct_id: str,
+    metric: cloudwatch.IMetric,
+    description: str,
+    topic: sns.ITopic,
+    *,
+    threshold: float = 0,
 ) -> cloudwatch.Alarm:
-    """An alarm when ``metric`` is above zero in a period (no data: not breaching), sent to ``topic``."""
+    """An alarm when ``metric`` is above ``threshold`` in a period (no data: not breaching), sent to ``topic``."""
     created = cloudwatch.Alarm(
         scope,
         construct_id,
         alarm_description=description,
         metric=metric,
-        threshold=0,
+        threshold=threshold,
         comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         evaluation_periods=1,
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
@@ -57,7 +83,8 @@ def alarm(
 
 
 class Notifications(Construct):
-    """Exposes `key`, `topic`, `slack_secret`, `dlq`, `dlq_alarm` and `notifier` (a PythonFunction)."""
+    """Exposes `key`, `topic`, `slack_secret`, `dlq` (the stream's), `dlq_alarm`, `notifier`, `outbox`,
+    `outbox_dlq`, `courier` (PythonFunctions) and `alarms`."""
 
     def __init__(
         self,
@@ -76,8 +103,41 @@ class Notifications(Construct):
         self.topic = self._build_topic(alert_emails)
         self.slack_secret = secretsmanager.Secret.from_secret_name_v2(self, "SlackWebhook", slack_secret_name)
         self.dlq = encrypted_dlq(self, "NotifierDlq")
+        self.outbox_dlq = encrypted_dlq(self, "OutboxDlq", fifo=True)
+        self.outbox = sqs.Queue(
+            self,
+            "Outbox",
+            fifo=True,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            visibility_timeout=cdk.Duration.seconds(OUTBOX_VISIBILITY_S),
+            retention_period=cdk.Duration.days(OUTBOX_RETENTION_DAYS),
+            dead_letter_queue=sqs.DeadLetterQueue(max_receive_count=OUTBOX_MAX_RECEIVES, queue=self.outbox_dlq),
+        )
         self.notifier = self._build_notifier(table, idempotency_table, layer, runbook_base_url)
+        self.courier = self._build_courier(idempotency_table, layer)
         self.dlq_alarm = self._build_dlq_alarm()
+        self.alarms = {
+            "notifier_dlq": self.dlq_alarm,
+            "outbox_dlq": alarm(
+                self,
+                "OutboxDlqDepth",
+                self.outbox_dlq.metric_approximate_number_of_messages_visible(period=cdk.Duration.minutes(5)),
+                "Alerts that could not be delivered are in the outbox dead-letter queue (each message holds the "
+                "rendered alert; its 'reason' attribute says why)",
+                self.topic,
+            ),
+            "outbox_age": alarm(
+                self,
+                "OutboxAlertsWaiting",
+                self.outbox.metric_approximate_age_of_oldest_message(
+                    period=cdk.Duration.minutes(5), statistic="Maximum"
+                ),
+                "An alert has waited more than an hour in the outbox: Slack or email is failing",
+                self.topic,
+                threshold=OUTBOX_MAX_AGE_S,
+            ),
+        }
 
     def _build_key(self) -> kms.Key:
         key = kms.Key(
@@ -122,30 +182,28 @@ class Notifications(Construct):
             "StreamNotifier",
             handler=STREAM_NOTIFIER_HANDLER,
             layer=layer,
-            read_only=False,  # renders and delivers only; it never calls HyperPod, EC2 or SSM
+            read_only=False,  # renders and queues only; it never calls HyperPod, EC2 or SSM
             timeout=cdk.Duration.minutes(2),
             memory_size=256,
             environment={
                 "IDEMPOTENCY_TABLE": idempotency_table.table_name,
+                # which channels exist (the courier alone reads the secret and publishes)
                 "ALERT_TOPIC_ARN": self.topic.topic_arn,
                 "SLACK_SECRET_NAME": self.slack_secret.secret_name,
                 "RUNBOOK_BASE_URL": runbook_base_url,
+                "OUTBOX_QUEUE_URL": self.outbox.queue_url,
+                "UNPROCESSED_QUEUE_URL": self.dlq.queue_url,
             },
             statements=[
-                iam.PolicyStatement(sid="PublishAlerts", actions=["sns:Publish"], resources=[self.topic.topic_arn]),
+                iam.PolicyStatement(sid="QueueAlerts", actions=["sqs:SendMessage"], resources=[self.outbox.queue_arn]),
                 iam.PolicyStatement(
-                    sid="AlertTopicKey",
-                    actions=["kms:Decrypt", "kms:GenerateDataKey"],
-                    resources=[self.key.key_arn],
+                    # stream records that cannot be read are kept, with the reason, in the stream's DLQ
+                    sid="KeepUnreadableRecords",
+                    actions=["sqs:SendMessage"],
+                    resources=[self.dlq.queue_arn],
                 ),
                 iam.PolicyStatement(
-                    sid="SlackWebhookSecret",
-                    actions=["secretsmanager:GetSecretValue"],
-                    # from_secret_name_v2 has no random suffix; match the six characters Secrets Manager adds.
-                    resources=[f"{self.slack_secret.secret_arn}-??????"],
-                ),
-                iam.PolicyStatement(
-                    # the delivery ledger: which channel already carried which stream record
+                    # the delivery ledger: which messages were already queued
                     sid="DeliveryLedger",
                     actions=["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"],
                     resources=[idempotency_table.table_arn],
@@ -168,6 +226,63 @@ class Notifications(Construct):
             )
         )
         return notifier
+
+    def _build_courier(self, idempotency_table: dynamodb.ITableV2, layer: lambda_.ILayerVersion) -> PythonFunction:
+        courier = PythonFunction(
+            self,
+            "Courier",
+            handler=COURIER_HANDLER,
+            layer=layer,
+            read_only=False,  # delivers only; it never calls HyperPod, EC2 or SSM
+            timeout=cdk.Duration.seconds(COURIER_TIMEOUT_S),
+            memory_size=256,
+            environment={
+                "IDEMPOTENCY_TABLE": idempotency_table.table_name,
+                "ALERT_TOPIC_ARN": self.topic.topic_arn,
+                "SLACK_SECRET_NAME": self.slack_secret.secret_name,
+                "OUTBOX_QUEUE_URL": self.outbox.queue_url,
+                "OUTBOX_DLQ_URL": self.outbox_dlq.queue_url,
+                "SLACK_TIMEOUT_S": "5",
+            },
+            statements=[
+                iam.PolicyStatement(sid="PublishAlerts", actions=["sns:Publish"], resources=[self.topic.topic_arn]),
+                iam.PolicyStatement(
+                    sid="AlertTopicKey",
+                    actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                    resources=[self.key.key_arn],
+                ),
+                iam.PolicyStatement(
+                    sid="SlackWebhookSecret",
+                    actions=["secretsmanager:GetSecretValue"],
+                    # from_secret_name_v2 has no random suffix; match the six characters Secrets Manager adds.
+                    resources=[f"{self.slack_secret.secret_arn}-??????"],
+                ),
+                iam.PolicyStatement(
+                    # the delivery ledger: which messages were already sent
+                    sid="DeliveryLedger",
+                    actions=["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"],
+                    resources=[idempotency_table.table_arn],
+                ),
+                iam.PolicyStatement(
+                    # a failed message waits for its backoff in the queue
+                    sid="OutboxBackoff",
+                    actions=["sqs:ChangeMessageVisibility"],
+                    resources=[self.outbox.queue_arn],
+                ),
+                iam.PolicyStatement(
+                    # a message its channel refuses as such goes to the dead-letter queue at once
+                    sid="OutboxDeadLetters",
+                    actions=["sqs:SendMessage"],
+                    resources=[self.outbox_dlq.queue_arn],
+                ),
+            ],
+        )
+        courier.function.add_event_source(
+            event_sources.SqsEventSource(
+                self.outbox, batch_size=OUTBOX_BATCH_SIZE, report_batch_item_failures=True
+            )
+        )
+        return courier
 
     def _build_dlq_alarm(self) -> cloudwatch.Alarm:
         return alarm(

@@ -47,17 +47,13 @@ _READ_SIDS = {
 
 def read_only_statements() -> list[iam.PolicyStatement]:
     """The read-only set the adapters declare (``hyperpod_debugger.aws.iam``, the list ``iam-policy``
-    prints), one statement per kind, and the Session Manager actions the probe needs."""
+    prints), one statement per kind. Session Manager access comes from ``SessionAccess.grant``."""
     grouped: dict[str, list[str]] = {}
     for service, actions in declared.by_service(declared.READ_ONLY_ACTIONS).items():
         if service not in _READ_SIDS:
             raise ValueError(f"the adapters call {service} ({', '.join(actions)}): add a statement id to _READ_SIDS")
         grouped.setdefault(_READ_SIDS[service], []).extend(actions)
-    statements = [iam.PolicyStatement(sid=sid, actions=actions, resources=["*"]) for sid, actions in grouped.items()]
-    statements.append(
-        iam.PolicyStatement(sid="SsmDataChannel", actions=list(declared.SESSION_ACTIONS), resources=["*"])
-    )
-    return statements
+    return [iam.PolicyStatement(sid=sid, actions=actions, resources=["*"]) for sid, actions in grouped.items()]
 
 
 class PythonFunction(Construct):

@@ -223,7 +223,12 @@ def triage_with_observation(
             obs.slurm = Observed.skip("reading Slurm needs a session on the controller, and probing was not asked for")
         elif obs.nodes.available and obs.nodes.value is not None:
             obs.slurm = query_controller(
-                clients, cluster, obs.nodes.value, runner_factory=ssm_runner, timeout=req.probe_options.timeout
+                clients,
+                cluster,
+                obs.nodes.value,
+                runner_factory=ssm_runner,
+                timeout=req.probe_options.timeout,
+                documents=req.probe_options.documents,
             )
     findings, checks = run_checks(obs, ctx)
     acting: dict[str, str] = {}

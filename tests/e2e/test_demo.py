@@ -126,8 +126,9 @@ def test_the_demo_walks_the_monitor_path_through_the_lambda_handlers(demo_output
     assert handled and int(handled.group(1)) > 0
     # 2. the stream notifier posted to the Slack sink and published emails that came back through SQS
     sent = re.search(
-        r"^2\. The table's stream delivers (\d+) record\(s\) to stream_notifier → batchItemFailures: 0\. "
-        r"The Slack sink received (\d+) payload\(s\); (\d+) email\(s\) arrived in the queue\.$",
+        r"^2\. The table's stream delivers (\d+) record\(s\) to stream_notifier → batchItemFailures: 0; it "
+        r"queues each message in the outbox, and the courier delivers them: "
+        r"the Slack sink received (\d+) payload\(s\); (\d+) email\(s\) arrived in the queue\.$",
         monitor,
         re.M,
     )
@@ -145,10 +146,22 @@ def test_the_demo_walks_the_monitor_path_through_the_lambda_handlers(demo_output
         monitor,
         re.M,
     )
-    # 4. the operator fixes a problem with the suggested command
+    # 4. a real-shaped Error Cluster Event fires the deployed Cluster Event rule (matched by moto's
+    # EventBridge), reaches the handler and Slack; an Info event fires no rule
+    step4 = monitor[monitor.index("\n4. ") : monitor.index("\n5. ")]
+    assert re.search(r"^   Info: .* → no rule \(an Info event needs no triage\)$", step4, re.M)
+    assert re.search(r"^   Error: Instance lifecycle script execution .* → the 'SageMaker HyperPod Cluster Event' rule$",
+                     step4, re.M)
+    assert '"EventDetails": {' in step4 and '"EventLevel": "Error"' in step4 and '"account": ' in step4
+    handled = re.search(r"^   event_handler → status=processed, transitions: NEW ×(\d+) \(triages run: 1;", step4, re.M)
+    assert handled and int(handled.group(1)) > 0
+    delivered = re.search(r"the courier delivered (\d+) Slack message\(s\) and (\d+) email\(s\)", step4)
+    assert delivered and int(delivered.group(1)) > 0
+    assert re.search(r"^  │ 🟠 New P1: Node i-[0-9a-f]+ \(gpu-workers, ml\.p5\.48xlarge\) is in Failure: lifecycle", step4, re.M)
+    # 5. the operator fixes a problem with the suggested command
     assert "The operator runs the suggested command themselves (this tool never does): aws ec2 modify-vpc-attribute" in monitor
-    # 5. the sweep through the handlers resolves exactly that finding; Slack and email say so
-    sweep = monitor[monitor.index("\n5. ") :]
+    # 6. the sweep through the handlers resolves exactly that finding; Slack and email say so
+    sweep = monitor[monitor.index("\n6. ") :]
     assert re.search(r"^   sweep_cluster → status=processed", sweep, re.M)
     assert re.search(r"^   The sweep's transitions \(whole cluster\): (?:\w+ ×\d+, )*RESOLVED ×1\.$", sweep, re.M)
     resent = re.search(r"The Slack sink received (\d+) more payload\(s\); (\d+) more email\(s\) arrived\.", sweep)
@@ -158,7 +171,7 @@ def test_the_demo_walks_the_monitor_path_through_the_lambda_handlers(demo_output
         sweep,
     )
     assert "— Subject: [HyperPod] Resolved: " in sweep
-    # 6. the history in DynamoDB
+    # 7. the history in DynamoDB
     assert re.search(r"Findings history for the cluster \(DynamoDB\): OPEN ×\d+, RESOLVED ×1$", sweep, re.M)
 
 

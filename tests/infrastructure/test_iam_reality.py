@@ -25,24 +25,9 @@ from aws_cdk.assertions import Template
 from hyperpod_debugger.aws import iam as declared
 from hyperpod_debugger.aws.clients import AwsClients, iam_action
 from infra import constants as c
+from tests.infrastructure.test_stack import _actions, _statements
 
 TRIAGING = (c.EVENT_HANDLER, c.SWEEP_HANDLER, c.PROBE_BATCH_HANDLER, c.LOG_SUBSCRIPTION_HANDLER)
-
-
-def _statements(node: Any) -> Iterator[dict]:
-    if isinstance(node, dict):
-        if isinstance(node.get("Statement"), list):
-            yield from node["Statement"]
-        for value in node.values():
-            yield from _statements(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _statements(value)
-
-
-def _actions(statement: dict) -> list[str]:
-    actions = statement.get("Action", [])
-    return [actions] if isinstance(actions, str) else list(actions)
 
 
 # --------------------------------------------------------------------------- IAM's catalogue
@@ -136,11 +121,15 @@ class Recorder:
     def __init__(self) -> None:
         self.function: str | None = None
         self.calls: dict[str, set[str]] = defaultdict(set)
+        #: (function, DocumentName, Parameters) of every StartSession
+        self.sessions: list[tuple[str, str | None, Any]] = []
 
     def hook(self, service: str):
         def before(params: dict, model: Any, **_: Any) -> None:
             if self.function is not None:
                 self.calls[self.function] |= declared.iam_actions(iam_action(service, model.name), params)
+                if model.name == "StartSession":
+                    self.sessions.append((self.function, params.get("DocumentName"), params.get("Parameters")))
 
         return before
 
@@ -161,8 +150,14 @@ def recording(monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
     yield recorder
 
 
+def deliver(monitor: Any, invoke: Any) -> None:
+    """The outbox to the courier, as its event source would."""
+    while (event := monitor.outbox.poll()) is not None:
+        monitor.outbox.settle(event, invoke(c.COURIER_HANDLER, event))
+
+
 @pytest.fixture(scope="module")
-def recorded() -> dict[str, set[str]]:
+def recording_run() -> Recorder:
     """The monitor's path on the simulated account: an event, the notifier, the sweep of both clusters
     with its probe batches, and an HMA log delivery, each through the real handler."""
     from functions.monitor import handlers
@@ -189,6 +184,7 @@ def recorded() -> dict[str, set[str]]:
             node = demo.eks.nodes["gpu-workers"][1]
             invoke(c.EVENT_HANDLER, node_health_event(demo, node, now))
             invoke(c.STREAM_NOTIFIER_HANDLER, monitor.stream_event())
+            deliver(monitor, invoke)
             for cluster in (demo.eks, demo.slurm):
                 swept = invoke(c.SWEEP_HANDLER, {"cluster_arn": cluster.arn, "cluster_name": cluster.name,
                                                  "sweep_id": "iam-recording"})
@@ -197,21 +193,38 @@ def recorded() -> dict[str, set[str]]:
             _, stream = slurm_detection(demo.slurm)
             invoke(c.LOG_SUBSCRIPTION_HANDLER, delivery(demo.slurm, stream, [seed.slurm_hma_record(now, 79)]))
             invoke(c.STREAM_NOTIFIER_HANDLER, monitor.stream_event())
+            deliver(monitor, invoke)
     finally:
         mp.undo()
-    return {handler: set(actions) for handler, actions in recorder.calls.items()}
+    return recorder
+
+
+@pytest.fixture(scope="module")
+def recorded(recording_run) -> dict[str, set[str]]:
+    return {handler: set(actions) for handler, actions in recording_run.calls.items()}
+
+
+def test_every_session_the_handlers_opened_used_a_pinned_document_and_sent_no_command(recording_run):
+    from hyperpod_debugger.sim.lambda_harness import SESSION_DOCUMENT_NAMES
+
+    assert recording_run.sessions, "no session was opened: the recording proves nothing"
+    assert {document for _, document, _ in recording_run.sessions} <= set(SESSION_DOCUMENT_NAMES.values())
+    assert all(parameters is None for _, _, parameters in recording_run.sessions)
+    # the Slurm controller's query went through its own document
+    assert SESSION_DOCUMENT_NAMES["slurm"] in {document for _, document, _ in recording_run.sessions}
 
 
 def test_the_recording_saw_the_calls_that_matter(recorded):
     # not a recording of nothing: the probe, the store and the alerts are all in it
     assert {"sagemaker:ListClusterNodes", "ssm:StartSession", "dynamodb:PutItem"} <= recorded[c.EVENT_HANDLER]
     assert "ssm:StartSession" in recorded[c.PROBE_BATCH_HANDLER]
-    assert {"sns:Publish", "secretsmanager:GetSecretValue"} <= recorded[c.STREAM_NOTIFIER_HANDLER]
+    assert "sqs:SendMessage" in recorded[c.STREAM_NOTIFIER_HANDLER]
+    assert {"sns:Publish", "secretsmanager:GetSecretValue", "dynamodb:BatchWriteItem"} <= recorded[c.COURIER_HANDLER]
     assert "dynamodb:TransactWriteItems" not in set().union(*recorded.values())  # turned into item actions
-    assert set(recorded) == {*TRIAGING, c.STREAM_NOTIFIER_HANDLER}
+    assert set(recorded) == {*TRIAGING, c.STREAM_NOTIFIER_HANDLER, c.COURIER_HANDLER}
 
 
-@pytest.mark.parametrize("handler", [*TRIAGING, c.STREAM_NOTIFIER_HANDLER])
+@pytest.mark.parametrize("handler", [*TRIAGING, c.STREAM_NOTIFIER_HANDLER, c.COURIER_HANDLER])
 def test_every_call_a_handler_made_is_granted_to_its_role(every_setting: Template, recorded, handler):
     statements = role_statements(every_setting, handler)
     denied = sorted(a for a in recorded[handler] if not granted(statements, a))

@@ -322,7 +322,9 @@ def test_schedule_interval_refuses_what_the_rotation_cannot_plan_from(expression
 
 
 def test_notifier_wakes_only_for_finding_items(template: Template):
-    (mapping,) = template.find_resources("AWS::Lambda::EventSourceMapping").values()
+    (mapping,) = [
+        m for m in template.find_resources("AWS::Lambda::EventSourceMapping").values() if "FilterCriteria" in m["Properties"]
+    ]
     [criterion] = mapping["Properties"]["FilterCriteria"]["Filters"]
     assert json.loads(criterion["Pattern"]) == {"dynamodb": {"NewImage": {"item_type": {"S": ["FINDING"]}}}}
 
@@ -360,9 +362,9 @@ def test_functions_share_factory_defaults(template: Template, handler: str):
 def test_each_function_has_its_own_role_and_retained_log_group(template: Template):
     functions = template.find_resources("AWS::Lambda::Function")
     roles = {json.dumps(f["Properties"]["Role"]) for f in functions.values()}
-    # event handler, sweep cluster step, sweep probe batch, stream notifier
-    assert len(functions) == 4
-    assert len(roles) == 4
+    # event handler, sweep cluster step, sweep probe batch, stream notifier, courier
+    assert len(functions) == 5
+    assert len(roles) == 5
     template.all_resources_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
 
 
@@ -406,11 +408,16 @@ def test_dlq_depth_alarm_notifies_the_topic(template: Template):
     )
 
 
-def test_notifier_reads_only_its_slack_secret(template: Template):
+def test_only_the_courier_reads_the_slack_secret(template: Template):
+    readers = {
+        k for k, p in template.find_resources("AWS::IAM::Policy").items()
+        for st in p["Properties"]["PolicyDocument"]["Statement"] if "secretsmanager:GetSecretValue" in _actions(st)
+    }
+    assert readers and all(k.startswith("NotificationsCourier") for k in readers)
     statements = [
         st
         for k, p in template.find_resources("AWS::IAM::Policy").items()
-        if k.startswith("NotificationsStreamNotifier")
+        if k.startswith("NotificationsCourier")
         for st in p["Properties"]["PolicyDocument"]["Statement"]
         if "secretsmanager:GetSecretValue" in _actions(st)
     ]
@@ -418,12 +425,56 @@ def test_notifier_reads_only_its_slack_secret(template: Template):
     assert _actions(statements[0]) == ["secretsmanager:GetSecretValue"]
     arn_tail = statements[0]["Resource"]["Fn::Join"][1][-1]
     assert arn_tail == f":secret:{c.DEFAULT_SLACK_SECRET_NAME}-??????"
-    (notifier,) = [
-        f
-        for f in template.find_resources("AWS::Lambda::Function").values()
-        if f["Properties"]["Handler"] == c.STREAM_NOTIFIER_HANDLER
+    (courier,) = [
+        f for f in template.find_resources("AWS::Lambda::Function").values() if f["Properties"]["Handler"] == c.COURIER_HANDLER
     ]
-    assert notifier["Properties"]["Environment"]["Variables"]["SLACK_SECRET_NAME"] == c.DEFAULT_SLACK_SECRET_NAME
+    assert courier["Properties"]["Environment"]["Variables"]["SLACK_SECRET_NAME"] == c.DEFAULT_SLACK_SECRET_NAME
+
+
+def test_the_outbox_is_fifo_with_a_dead_letter_queue_that_keeps_about_two_days_of_retries(template: Template):
+    queues = template.find_resources("AWS::SQS::Queue")
+    [outbox] = [q for k, q in queues.items() if k.startswith("NotificationsOutbox") and "Dlq" not in k]
+    props = outbox["Properties"]
+    assert props["FifoQueue"] is True and props["VisibilityTimeout"] == c.OUTBOX_VISIBILITY_S
+    assert props["MessageRetentionPeriod"] == c.OUTBOX_RETENTION_DAYS * 86400
+    assert props["RedrivePolicy"]["maxReceiveCount"] == c.OUTBOX_MAX_RECEIVES
+    assert props["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0].startswith("NotificationsOutboxDlq")
+    # the courier's backoff (60 s doubling to 900 s) over the receive limit outlasts a day-long outage
+    from functions.monitor.logic import retry_delay
+
+    waited = sum(retry_delay(n, None) for n in range(1, c.OUTBOX_MAX_RECEIVES + 1))
+    assert waited > 36 * 3600 and waited < c.OUTBOX_RETENTION_DAYS * 86400
+    # AWS's advice for an SQS event source: a visibility timeout of at least six times the function's
+    assert c.OUTBOX_VISIBILITY_S >= 6 * c.COURIER_TIMEOUT_S
+
+
+def test_the_courier_reads_the_outbox_and_reports_item_failures(template: Template):
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {
+            "EventSourceArn": {"Fn::GetAtt": [Match.string_like_regexp("NotificationsOutbox(?!Dlq)"), "Arn"]},
+            "FunctionName": {"Ref": Match.string_like_regexp("NotificationsCourierFunction")},
+            "BatchSize": c.OUTBOX_BATCH_SIZE,
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("metric", "threshold"),
+    [("ApproximateNumberOfMessagesVisible", 0), ("ApproximateAgeOfOldestMessage", c.OUTBOX_MAX_AGE_S)],
+)
+def test_undeliverable_or_waiting_alerts_raise_an_alarm(template: Template, metric, threshold):
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "MetricName": metric,
+            "Namespace": "AWS/SQS",
+            "Threshold": threshold,
+            "Dimensions": [{"Name": "QueueName", "Value": {"Fn::GetAtt": [Match.string_like_regexp("NotificationsOutbox"), "QueueName"]}}],
+            "AlarmActions": [{"Ref": Match.string_like_regexp("AlertTopic")}],
+        },
+    )
 
 
 # --- IAM: read-only toward HyperPod, EC2 and EKS -----------------------------------------------------------
@@ -437,11 +488,14 @@ ALLOWED_VERBS = READ_VERBS + (
     "PutItem",
     "UpdateItem",
     "DeleteItem",
-    "TransactWriteItems",
     "BatchWriteItem",  # the probe rotation's last-probed records and the notifier's ledger, our tables only
     "BatchGetItem",  # the notifier's delivery ledger, on the idempotency table only
     "Publish",
     "SendMessage",
+    # the courier's event source on the outbox, and its backoff (our own queues only)
+    "ReceiveMessage",
+    "DeleteMessage",
+    "ChangeMessageVisibility",
 )
 # Exact actions outside the verb list, each with the reason it is there.
 ALLOWED_EXACT = {
@@ -500,7 +554,10 @@ def test_every_identity_action_is_on_the_allowed_verb_list(template: Template):
     offenders = []
     for logical_id, resource in template.find_resources("AWS::IAM::Policy").items():
         for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
-            assert statement["Effect"] == "Allow"
+            if statement["Effect"] == "Deny":
+                # the one Deny: sessions with any document but the stack's pinned ones
+                assert statement["Sid"] == "OnlyPinnedDocuments" and _actions(statement) == ["ssm:StartSession"]
+                continue
             for action in _actions(statement):
                 service, _, verb = action.partition(":")
                 if action in ALLOWED_EXACT or service in ALLOWED_SERVICES or verb.startswith(ALLOWED_VERBS):
@@ -515,10 +572,9 @@ def test_no_managed_policies_roles_carry_no_inline_wildcards(template: Template)
     assert template.find_resources("AWS::IAM::ManagedPolicy") == {}
 
 
-def test_notifier_has_no_hyperpod_or_ssm_access(template: Template):
-    notifier_policies = [
-        r for k, r in template.find_resources("AWS::IAM::Policy").items() if k.startswith("NotificationsStreamNotifier")
-    ]
+@pytest.mark.parametrize("prefix", ["NotificationsStreamNotifier", "NotificationsCourier"])
+def test_notifier_has_no_hyperpod_or_ssm_access(template: Template, prefix):
+    notifier_policies = [r for k, r in template.find_resources("AWS::IAM::Policy").items() if k.startswith(prefix)]
     assert notifier_policies
     actions = [
         a for p in notifier_policies for s in p["Properties"]["PolicyDocument"]["Statement"] for a in _actions(s)
@@ -526,10 +582,9 @@ def test_notifier_has_no_hyperpod_or_ssm_access(template: Template):
     assert not [a for a in actions if a.split(":")[0] in {"sagemaker", "ec2", "eks", "ssm", "ssmmessages"}]
 
 
-def test_notifier_touches_dynamodb_only_for_its_delivery_ledger(template: Template):
-    policies = [
-        r for k, r in template.find_resources("AWS::IAM::Policy").items() if k.startswith("NotificationsStreamNotifier")
-    ]
+@pytest.mark.parametrize("prefix", ["NotificationsStreamNotifier", "NotificationsCourier"])
+def test_notifier_and_courier_touch_dynamodb_only_for_the_delivery_ledger(template: Template, prefix):
+    policies = [r for k, r in template.find_resources("AWS::IAM::Policy").items() if k.startswith(prefix)]
     statements = [s for p in policies for s in p["Properties"]["PolicyDocument"]["Statement"]]
 
     def on_stream(statement) -> bool:  # the event source mapping reads the stream (generated default policy)

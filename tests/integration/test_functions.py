@@ -7,7 +7,7 @@ import copy
 import json
 import pathlib
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 
@@ -33,7 +33,13 @@ from hyperpod_debugger.model import (
     TriageReport,
 )
 from hyperpod_debugger.sim import scenarios
-from hyperpod_debugger.sim.lambda_harness import LambdaContext, StreamReader, read_emails
+from hyperpod_debugger.sim.lambda_harness import (
+    LambdaContext,
+    SqsEventSource,
+    StreamReader,
+    create_outbox,
+    read_emails,
+)
 from hyperpod_debugger.sim.lambda_harness import lambda_context as new_context
 from hyperpod_debugger.sim.slack_sink import SlackSink
 from hyperpod_debugger.store_logic import plan_sweep
@@ -77,6 +83,7 @@ def monitor(aws, clients, sink, monkeypatch):
     queue_url = sqs.create_queue(QueueName="alerts-mailbox")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
+    outbox_url, outbox_dlq_url = create_outbox(clients)
     for name, value in {
         "AWS_REGION": scenarios.REGION,
         "FINDINGS_TABLE": TABLE,
@@ -84,14 +91,15 @@ def monitor(aws, clients, sink, monkeypatch):
         "PROBE_ENABLED": "false",
         "SLACK_SECRET_NAME": SECRET,
         "ALERT_TOPIC_ARN": topic,
-        "SLACK_ATTEMPTS": "1",
+        "OUTBOX_QUEUE_URL": outbox_url,
+        "OUTBOX_DLQ_URL": outbox_dlq_url,
         "SLACK_TIMEOUT_S": "5",
         "POWERTOOLS_TRACE_DISABLED": "true",
     }.items():
         monkeypatch.setenv(name, value)
     env_module.clear_env_cache()
     adapters.idempotency_store.cache_clear()
-    yield Monitor(clients, queue_url)
+    yield Monitor(clients, queue_url, outbox_url)
     env_module.clear_env_cache()
     adapters.idempotency_store.cache_clear()
 
@@ -100,7 +108,18 @@ def monitor(aws, clients, sink, monkeypatch):
 class Monitor:
     clients: AwsClients
     queue_url: str
+    outbox_url: str
     _stream: StreamReader | None = None
+
+    def deliver(self, context) -> list[dict]:
+        """The outbox to the courier, as its event source would; the courier's responses."""
+        source = SqsEventSource(self.clients, self.outbox_url)
+        responses = []
+        while (event := source.poll()) is not None:
+            response = handlers.courier(event, context)
+            source.settle(event, response)
+            responses.append(response)
+        return responses
 
     @property
     def store(self) -> FindingStore:
@@ -208,8 +227,9 @@ def test_node_health_event_triages_stores_and_notifies_slack_and_email(monitor, 
     stream = monitor.stream_event()
     response = handlers.stream_notifier(stream, lambda_context)
 
-    # THEN every delivery reached Slack and SNS, and nothing failed
+    # THEN every message was queued, and the courier delivered each to Slack and SNS
     assert response == {"batchItemFailures": []}
+    assert all(r == {"batchItemFailures": []} for r in monitor.deliver(lambda_context))
     emails = monitor.emails()
     assert sink.received and len(emails) == len(sink.received)
     assert not sink.rejected
@@ -274,132 +294,6 @@ def test_missing_configuration_fails_loudly(monitor, lambda_context, monkeypatch
     env_module.clear_env_cache()
     with pytest.raises(Exception, match="FINDINGS_TABLE"):
         handlers.event_handler(load("hyperpod_node_health_event.json"), lambda_context)
-
-
-# --------------------------------------------------------------------------- stream notifier
-
-
-def test_slack_down_fails_only_that_record_and_email_is_still_sent(monitor, sink, lambda_context):
-    # GIVEN two NEW findings on two nodes, and Slack failing the first request
-    seed_findings(monitor.store, [finding("gpu.xid", node(1)), finding("gpu.ecc", node(2))], {"gpu.xid", "gpu.ecc"})
-    stream = monitor.stream_event()
-    sink.fail_next(1, status=500)
-
-    # WHEN the notifier handles the batch
-    response = handlers.stream_notifier(stream, lambda_context)
-
-    # THEN only the first finding's record is reported as failed, and both emails went out
-    finding_records = [r for r in stream["Records"] if r["dynamodb"]["Keys"]["sk"]["S"].startswith("FINDING#")]
-    assert len(finding_records) == 2
-    failed = [f["itemIdentifier"] for f in response["batchItemFailures"]]
-    assert failed == [finding_records[0]["dynamodb"]["SequenceNumber"]]
-    assert len(monitor.emails()) == 2
-    assert len(sink.received) == 1
-
-
-def test_retrying_the_failed_record_sends_slack_only_not_a_second_email(monitor, sink, lambda_context):
-    # GIVEN a finding whose Slack message failed while its email went out
-    seed_findings(monitor.store, [finding("gpu.xid", node(1))], {"gpu.xid"})
-    stream = monitor.stream_event()
-    sink.fail_next(1, status=503)
-    first = handlers.stream_notifier(stream, lambda_context)
-    assert len(first["batchItemFailures"]) == 1
-    assert len(monitor.emails()) == 1 and sink.received == []
-
-    # WHEN Lambda retries the batch from the failed record (as the event source does)
-    failed = {f["itemIdentifier"] for f in first["batchItemFailures"]}
-    retry = {"Records": [r for r in stream["Records"] if r["dynamodb"]["SequenceNumber"] in failed]}
-    second = handlers.stream_notifier(retry, lambda_context)
-
-    # THEN Slack gets the message and nobody gets the email twice
-    assert second["batchItemFailures"] == []
-    assert len(sink.received) == 1
-    assert monitor.emails() == []
-
-
-def test_without_a_readable_ledger_a_retry_resends_rather_than_drops(monitor, sink, lambda_context, monkeypatch):
-    # GIVEN the ledger's table is gone (misconfiguration): deliveries must still happen
-    monkeypatch.setenv("IDEMPOTENCY_TABLE", "no-such-table")
-    env_module.clear_env_cache()
-    seed_findings(monitor.store, [finding("gpu.xid", node(1))], {"gpu.xid"})
-    stream = monitor.stream_event()
-
-    response = handlers.stream_notifier(stream, lambda_context)
-
-    assert response["batchItemFailures"] == []
-    assert len(sink.received) == 1 and len(monitor.emails()) == 1
-
-
-def test_heartbeats_history_and_sweep_records_notify_nobody(monitor, sink, lambda_context):
-    # GIVEN one NEW finding already notified
-    seed_findings(monitor.store, [finding("gpu.xid", node(1))], {"gpu.xid"})
-    handlers.stream_notifier(monitor.stream_event(), lambda_context)
-    monitor.emails()
-    sink.received.clear()
-    # WHEN the same finding is seen again after the heartbeat interval (an UNCHANGED write)
-    stored = monitor.store.open_findings(ARN)
-    report_again = [finding("gpu.xid", node(1))]
-    later = datetime.now(UTC) + timedelta(hours=2)
-    report = TriageReport(
-        tool_version="0",
-        generated_at=later.isoformat(),
-        cluster=ClusterRef(name="sample-cluster", arn=ARN, region=scenarios.REGION),
-        findings=report_again,
-        coverage=Coverage(checks=[CheckCoverage(check="gpu.xid", status=CheckStatus.RAN)]),
-        exit_code=1,
-    )
-    plan = plan_sweep(stored, report, later)
-    assert len(plan.unchanged) == 1
-    monitor.store.apply(plan, later)
-    response = handlers.stream_notifier(monitor.stream_event(), lambda_context)
-    # THEN nothing is sent
-    assert response == {"batchItemFailures": []}
-    assert sink.received == [] and monitor.emails() == []
-
-
-def test_many_new_findings_of_one_cluster_become_one_digest(monitor, sink, lambda_context):
-    # GIVEN 12 NEW findings of 12 different checks in one cluster (more than the threshold of 10)
-    checks = [f"test.check_{i}" for i in range(12)]
-    seed_findings(monitor.store, [finding(c, node(i), f"problem {c}") for i, c in enumerate(checks)], set(checks))
-
-    # WHEN the notifier handles the batch
-    response = handlers.stream_notifier(monitor.stream_event(), lambda_context)
-
-    # THEN one digest went to Slack and one to email
-    assert response == {"batchItemFailures": []}
-    [message] = sink.received
-    assert "12 findings opened in one sweep" in message["blocks"][0]["text"]["text"]
-    [email] = monitor.emails()
-    assert "12 findings opened" in email["Subject"]
-
-
-def test_many_nodes_failing_one_check_become_one_breaker_alert(monitor, sink, lambda_context):
-    # GIVEN 6 nodes failing the same check, and one unrelated finding
-    findings = [finding("gpu.xid", node(i)) for i in range(6)] + [finding("disk.root_full", node(9), "root full")]
-    seed_findings(monitor.store, findings, {"gpu.xid", "disk.root_full"})
-
-    # WHEN the notifier handles the batch
-    response = handlers.stream_notifier(monitor.stream_event(), lambda_context)
-
-    # THEN one cluster-level breaker alert replaces the six node alerts; the other finding is its own message
-    assert response == {"batchItemFailures": []}
-    headers = [m["blocks"][0]["text"]["text"] for m in sink.received]
-    assert len(headers) == 2
-    assert any("6 nodes fail gpu.xid at once" in h for h in headers)
-    subjects = [e["Subject"] for e in monitor.emails()]
-    assert len(subjects) == 2 and any("6 nodes fail gpu.xid" in s for s in subjects)
-    breaker_text = json.dumps([m for m in sink.received if "at once" in json.dumps(m)])
-    assert "replace-node" not in breaker_text.lower()
-
-
-def test_a_failed_breaker_delivery_fails_every_record_it_covers(monitor, sink, lambda_context):
-    findings = [finding("gpu.xid", node(i)) for i in range(5)]
-    seed_findings(monitor.store, findings, {"gpu.xid"})
-    sink.down()
-    response = handlers.stream_notifier(monitor.stream_event(), lambda_context)
-    assert len(response["batchItemFailures"]) == 5
-    [email] = monitor.emails()
-    assert "5 nodes fail gpu.xid" in email["Subject"]
 
 
 # --------------------------------------------------------------------------- scheduled sweep

@@ -4,6 +4,7 @@ findings; every transport fault is a typed outcome; sessions never leak."""
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -115,3 +116,63 @@ def test_no_probe_leaves_the_nodes_alone(world):
     report = run_triage(TriageRequest(cluster=demo.eks.name, region=scenarios.REGION, now=now, probe=False))
     assert len(ssm.start_calls) == before
     assert any(c.check == "probe.session" and c.status == "skipped" for c in report.coverage.checks)
+
+
+# --------------------------------------------------------------------------- pinned session documents
+
+
+@pytest.fixture
+def pinned(world):
+    """The stack's two pinned Session documents, created in the fake Session Manager."""
+    from hyperpod_debugger.aws.ssm_documents import SessionDocuments
+    from hyperpod_debugger.sim.lambda_harness import create_session_documents
+
+    suffix = uuid.uuid4().hex[:8]  # the fake lives for the module; each test gets its own documents
+    names = {"probe": f"HpdProbe-{suffix}", "slurm": f"HpdSlurm-{suffix}"}
+    created = create_session_documents(AwsClients(scenarios.REGION, max_attempts=1), names)
+    return world, SessionDocuments(**created)
+
+
+def test_a_triage_with_pinned_documents_runs_each_command_through_its_document(pinned):
+    (demo, ssm, _, now), documents = pinned
+    before = set(ssm.session_ids())
+    report = _triage(demo.slurm, now, options=ProbeOptions(rate=50.0, timeout=5.0, documents=documents))
+    assert any(f.check.startswith("probe.") and f.tag is Tag.FAIL for f in report.findings)
+    assert any(f.check.startswith("slurm.") for f in report.findings)
+    sessions = [ssm.session(i) for i in ssm.session_ids() if i not in before]
+    assert sessions
+    # every session named a pinned document and sent no parameter: the document chose the command
+    assert {s.document_name for s in sessions} == {documents.probe, documents.slurm}
+    assert all(s.parameters == {} for s in sessions)
+    from hyperpod_debugger.aws.ssm_documents import command_of, pinned_line
+
+    assert {s.command for s in sessions} == {pinned_line(command_of("probe")), pinned_line(command_of("slurm"))}
+    # the exit status still came back through the document's own marker
+    assert report.coverage.probed_nodes
+
+
+def test_a_command_no_pinned_document_carries_is_refused_before_any_call(pinned):
+    import asyncio
+
+    from hyperpod_debugger.aws.ssm_types import SessionError
+    from hyperpod_debugger.probe.runner import ssm_runner
+
+    (demo, ssm, targets, _), documents = pinned
+    calls = len(ssm.start_calls)
+    run = ssm_runner(AwsClients(scenarios.REGION, max_attempts=1), scenarios.REGION, 5.0, documents)
+    with pytest.raises(SessionError) as refused:
+        asyncio.run(run(targets[0], "cat /etc/shadow"))
+    assert refused.value.outcome == "DENIED" and len(ssm.start_calls) == calls
+
+
+def test_the_fake_refuses_what_a_document_does_not_declare(pinned):
+    import botocore.exceptions
+
+    (_, _, targets, _), documents = pinned
+    ssm_client = AwsClients(scenarios.REGION, max_attempts=1).client("ssm")
+    with pytest.raises(botocore.exceptions.ClientError, match="InvalidParameters"):
+        ssm_client.start_session(Target=targets[0], DocumentName=documents.probe, Parameters={"command": ["id"]})
+    with pytest.raises(botocore.exceptions.ClientError, match="InvalidDocument"):
+        ssm_client.start_session(Target=targets[0], DocumentName="NoSuchDocument")
+    content = json.loads(ssm_client.get_document(Name=documents.probe)["Content"])
+    assert content["sessionType"] == "NonInteractiveCommands"

@@ -285,10 +285,14 @@ class _Session:
         region: str,
         max_output: int,
         separate_streams: bool,
+        document: str | None = None,
+        nonce: str | None = None,
     ) -> None:
         self.ssm = ssm
         self.target = target
-        self.nonce = secrets.token_hex(8)
+        #: a pinned Session document that carries the wrapped command itself (nothing is sent)
+        self.document = document
+        self.nonce = nonce or secrets.token_hex(8)
         self.wire_command = wrap_command(command, self.nonce)
         self.credentials = credentials
         self.region = region
@@ -344,6 +348,16 @@ class _Session:
     # ---------------------------------------------------------------- start_session
 
     async def _start(self) -> _Started:
+        if self.document is not None:
+            # The document fixes the command and asks for separate streams; an agent too old for them
+            # merges the output, and the marker (the document's own nonce) still gives the exit status.
+            try:
+                response = await self._start_once({"Target": self.target, "DocumentName": self.document})
+            except ClientError as exc:
+                raise _client_error(exc, self.target) from exc
+            except BotoCoreError as exc:
+                raise SessionError("ERROR", f"StartSession on {self.target} via {_endpoint(self.ssm)}: {exc}") from exc
+            return self._started(response, self.separate_requested)
         separate = self.separate_requested
         retried = False
         while True:
@@ -637,8 +651,13 @@ async def run_command(
     timeout: float = 180.0,
     max_output: int = 4 * 1024 * 1024,
     separate_streams: bool = True,
+    document: str | None = None,
+    nonce: str | None = None,
 ) -> CommandResult:
-    """Run ``command`` (one line) on ``target`` through ``AWS-StartNonInteractiveCommand``.
+    """Run ``command`` (one line) on ``target`` through ``AWS-StartNonInteractiveCommand``, or, with
+    ``document``, through that pinned Session document, which carries ``command`` wrapped with
+    ``nonce`` itself (:mod:`hyperpod_debugger.aws.ssm_documents`): then nothing but the document's
+    name is sent.
 
     ``timeout`` bounds everything from ``start_session`` to the end of the session; cleanup
     (closing the websocket, ``terminate_session``) always follows and has its own small bound.
@@ -654,8 +673,10 @@ async def run_command(
         region=region,
         max_output=max_output,
         separate_streams=separate_streams,
+        document=document,
+        nonce=nonce,
     )
-    log.info("ssm: running %s on %s", _preview(command), target)
+    log.info("ssm: running %s on %s%s", _preview(command), target, f" (document {document})" if document else "")
     scope = asyncio.timeout(timeout)
     try:
         async with scope:

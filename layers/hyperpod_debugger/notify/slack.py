@@ -60,10 +60,12 @@ _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 class DeliveryError(Exception):
     """The message was not delivered. ``status`` is the last HTTP status, or None when no answer came."""
 
-    def __init__(self, status: int | None, message: str) -> None:
+    def __init__(self, status: int | None, message: str, retry_after: float | None = None) -> None:
         super().__init__(f"Slack delivery failed ({status if status is not None else 'no response'}): {message}")
         self.status = status
         self.message = message
+        #: seconds Slack asked us to wait (a 429's Retry-After), when it said
+        self.retry_after = retry_after
 
     @property
     def retryable(self) -> bool:
@@ -124,6 +126,7 @@ def post_to_webhook(
     http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout))
     status: int | None = None
     reason = ""
+    retry_after: float | None = None
     attempts = max(attempts, 1)
     try:
         for attempt in range(1, attempts + 1):
@@ -138,15 +141,15 @@ def post_to_webhook(
                 )
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 # str(exc) may name the URL (host and path): keep only the class name.
-                status, reason = None, f"connection error ({type(exc).__name__})"
+                status, reason, retry_after = None, f"connection error ({type(exc).__name__})", None
             else:
                 status = response.status
                 if 200 <= status < 300:
                     logger.info("slack delivery to %s succeeded (status %s, attempt %d)", hook, status, attempt)
                     return
                 reason = _body_excerpt(response, url)
+                retry_after = _retry_after(response) if status == 429 else None
                 if status == 429:
-                    retry_after = _retry_after(response)
                     if retry_after is not None:
                         wait = min(retry_after, MAX_RETRY_AFTER)
                 elif status < 500:
@@ -166,4 +169,4 @@ def post_to_webhook(
     finally:
         http.clear()
     logger.error("slack delivery to %s failed after %d attempts (status %s: %s)", hook, attempts, status, reason)
-    raise DeliveryError(status, f"{reason} after {attempts} attempts")
+    raise DeliveryError(status, f"{reason} after {attempts} attempts", retry_after=retry_after)

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from hyperpod_debugger.aws.clients import AwsClients
+from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments, pinned_nonce
 from hyperpod_debugger.aws.ssm_types import CommandResult, SessionError, TargetError, session_target
 from hyperpod_debugger.model import CheckCoverage, CheckStatus, Finding
 from hyperpod_debugger.observations import Cluster, ClusterNode
@@ -30,6 +31,8 @@ class ProbeOptions:
     concurrency: int = 16
     timeout: float = 180.0
     window: timedelta = timedelta(hours=24)
+    #: pinned Session documents (the monitor's stack): sessions run only the commands they carry
+    documents: SessionDocuments = NO_DOCUMENTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,16 +63,30 @@ def select_nodes(
     return chosen, note
 
 
-def ssm_runner(clients: AwsClients, region: str, timeout: float) -> Runner:
+def ssm_runner(
+    clients: AwsClients, region: str, timeout: float, documents: SessionDocuments = NO_DOCUMENTS
+) -> Runner:
+    """Commands through Session Manager. With pinned ``documents`` a command runs only through the
+    document that carries it; a command no document carries is refused before any call."""
     from hyperpod_debugger.aws import ssm_session
 
-    return partial(
+    run = partial(
         ssm_session.run_command,
         clients.client("ssm"),
         credentials=clients.credentials(),
         region=region,
         timeout=timeout,
     )
+    if not documents:
+        return run
+
+    async def pinned(target: str, command: str) -> CommandResult:
+        document = documents.for_command(command)
+        if document is None:
+            raise SessionError("DENIED", "no pinned session document carries this command: it is not run")
+        return await run(target, command, document=document, nonce=pinned_nonce(command))
+
+    return pinned
 
 
 def _role(cluster: Cluster, node: ClusterNode, controllers: set[str]) -> str:
@@ -86,7 +103,7 @@ def probe_cluster(
     suspects: Sequence[str],
     controllers: set[str],
     options: ProbeOptions,
-    runner_factory: Callable[[AwsClients, str, float], Runner] = ssm_runner,
+    runner_factory: Callable[[AwsClients, str, float, SessionDocuments], Runner] = ssm_runner,
 ) -> ProbeRun:
     chosen, note = select_nodes(nodes, focus=focus, suspects=suspects, max_nodes=options.max_nodes)
     if not chosen:
@@ -99,7 +116,7 @@ def probe_cluster(
             targets.append((node, session_target(cluster.arn, node.group, node.instance_id)))
         except TargetError as exc:
             targets.append((node, f"(invalid: {exc})"))
-    runner = runner_factory(clients, cluster.region, options.timeout)
+    runner = runner_factory(clients, cluster.region, options.timeout, options.documents)
 
     async def run(target: str, command: str) -> CommandResult:  # invalid targets never reach SSM
         if target.startswith("(invalid"):

@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from hyperpod_debugger.aws.clients import AwsClients
+from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments
 from hyperpod_debugger.aws.ssm_types import SessionError, TargetError, session_target
 from hyperpod_debugger.observations import ApiFailure, Cluster, ClusterNode, Observed
 from hyperpod_debugger.orchestrators import SlurmController, SlurmObservation
@@ -37,13 +38,14 @@ def query_controller(
     cluster: Cluster,
     nodes: Sequence[ClusterNode],
     *,
-    runner_factory: Callable[[AwsClients, str, float], Runner],
+    runner_factory: Callable[[AwsClients, str, float, SessionDocuments], Runner],
     timeout: float,
+    documents: SessionDocuments = NO_DOCUMENTS,
 ) -> Observed[SlurmObservation]:
     picks = candidates(nodes)[:MAX_CANDIDATES]
     if not picks:
         return Observed.skip("no Running node in a controller/head/login instance group to ask")
-    run = runner_factory(clients, cluster.region, timeout)
+    run = runner_factory(clients, cluster.region, timeout, documents)
     command = slurm_query_command()
     mapping = node_instances(nodes)
     last_failure: ApiFailure | None = None

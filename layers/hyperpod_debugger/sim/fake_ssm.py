@@ -1,5 +1,6 @@
-"""A local Session Manager double: the SSM API for StartSession, TerminateSession and DescribeSessions
-(AWS JSON 1.1 over HTTP on 127.0.0.1), plus a websocket data channel that plays the SSM agent's part
+"""A local Session Manager double: the SSM API for StartSession, TerminateSession, DescribeSessions and
+the Session documents StartSession may name (CreateDocument, GetDocument) (AWS JSON 1.1 over HTTP on
+127.0.0.1), plus a websocket data channel that plays the SSM agent's part
 of the real wire protocol. Nodes reply through callbacks, and faults can be switched on for each node.
 
 Used by the demo and by tests of the product's Session Manager client. The framing is implemented
@@ -625,6 +626,8 @@ class FakeSsm:
         self._start_calls: list[StartCall] = []
         self._terminated: set[str] = set()
         self._internal_errors: list[str] = []
+        #: Session documents created through CreateDocument: name -> (content, tags)
+        self._documents: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
         self._total_calls = 0
         rate = start_session_rate or 0.0
         self._bucket = _Bucket(rate, max(1.0, start_session_burst or rate)) if rate > 0 else None
@@ -860,6 +863,10 @@ class FakeSsm:
                 return 200, self._terminate_session(request)
             if operation == "DescribeSessions":
                 return 200, self._describe_sessions(request)
+            if operation == "CreateDocument":
+                return 200, self._create_document(request)
+            if operation == "GetDocument":
+                return 200, self._get_document(request)
             raise _ApiError("UnknownOperationException", f"the fake SSM does not implement {operation}")
         except _ApiError as exc:
             return exc.status, {"__type": exc.code, "message": exc.message}
@@ -905,9 +912,12 @@ class FakeSsm:
                 f"to perform: ssm:StartSession on resource: arn:aws:ssm:{region}:{self.account_id}:document/"
                 f"{document} because no identity-based policy allows the ssm:StartSession action",
             )
-        if document != DOCUMENT:
-            raise _ApiError("InvalidDocument", f"the fake SSM runs only {DOCUMENT}, not {document}")
-        command, separate = self._parameters(request.get("Parameters"))
+        if document == DOCUMENT:
+            command, separate = self._parameters(request.get("Parameters"))
+        elif document in self._documents:
+            command, separate = self._from_document(document, request.get("Parameters"))
+        else:
+            raise _ApiError("InvalidDocument", f"Document {document} does not exist in your account")
         if node is None or faults.not_connected:
             raise _ApiError("TargetNotConnected", f"{target} is not connected.")
 
@@ -952,6 +962,96 @@ class FakeSsm:
         if separate not in (["true"], ["false"]):
             raise _ApiError("InvalidParameters", 'Parameter separateOutputStream must be ["true"] or ["false"]')
         return command[0], separate == ["true"]
+
+    # -- Session documents ---------------------------------------------------------------------------
+
+    _DOCUMENT_NAME = re.compile(r"^[a-zA-Z0-9_.-]{3,128}$")
+    _SESSION_TYPES = frozenset({"Standard_Stream", "InteractiveCommands", "NonInteractiveCommands", "Port"})
+
+    def _create_document(self, request: dict[str, Any]) -> dict[str, Any]:
+        name, raw = request.get("Name"), request.get("Content")
+        if not isinstance(name, str) or not self._DOCUMENT_NAME.match(name):
+            raise _ApiError("ValidationException", "Name must match [a-zA-Z0-9_.-]{3,128}")
+        if name.lower().startswith(("aws", "amazon", "amzn")):
+            raise _ApiError("InvalidDocumentContent", f"the document name {name} uses a reserved prefix")
+        if request.get("DocumentType") != "Session":
+            raise _ApiError("InvalidDocumentType", "the fake SSM keeps Session documents only")
+        if request.get("DocumentFormat", "JSON") != "JSON" or not isinstance(raw, str):
+            raise _ApiError("InvalidDocumentContent", "the fake SSM reads JSON document content only")
+        try:
+            content = json.loads(raw)
+        except ValueError as exc:
+            raise _ApiError("InvalidDocumentContent", f"the content is not JSON: {exc}") from None
+        if not isinstance(content, dict) or content.get("schemaVersion") != "1.0":
+            raise _ApiError("InvalidDocumentSchemaVersion", "Session documents use schemaVersion 1.0")
+        if content.get("sessionType") not in self._SESSION_TYPES:
+            raise _ApiError("InvalidDocumentContent", f"unknown sessionType {content.get('sessionType')!r}")
+        tags = {t.get("Key"): t.get("Value") for t in request.get("Tags") or [] if isinstance(t, dict)}
+        with self._lock:
+            if name in self._documents:
+                raise _ApiError("DocumentAlreadyExists", f"Document with name {name} already exists.")
+            self._documents[name] = (content, tags)
+        return {
+            "DocumentDescription": {
+                "Name": name,
+                "DocumentType": "Session",
+                "DocumentFormat": "JSON",
+                "Status": "Active",
+                "DocumentVersion": "1",
+                "Owner": self.account_id,
+                "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+            }
+        }
+
+    def _get_document(self, request: dict[str, Any]) -> dict[str, Any]:
+        name = request.get("Name")
+        with self._lock:
+            found = self._documents.get(name) if isinstance(name, str) else None
+        if found is None:
+            raise _ApiError("InvalidDocument", f"Document {name} does not exist in your account")
+        return {"Name": name, "DocumentType": "Session", "DocumentFormat": "JSON", "DocumentVersion": "1",
+                "Status": "Active", "Content": json.dumps(found[0])}
+
+    def document_tags(self, name: str) -> dict[str, str]:
+        with self._lock:
+            return dict(self._documents[name][1])
+
+    def _from_document(self, name: str, parameters: Any) -> tuple[str, bool]:
+        """The command a custom NonInteractiveCommands document runs, its parameters filled in, and
+        whether it asks for separate streams. Parameters it does not declare are refused."""
+        content, _ = self._documents[name]
+        if content.get("sessionType") != "NonInteractiveCommands":
+            raise _ApiError("InvalidDocument", f"the fake SSM runs NonInteractiveCommands documents only, not {name}")
+        declared = content.get("parameters") or {}
+        given = parameters if isinstance(parameters, dict) else {}
+        unknown = set(given) - set(declared)
+        if unknown:
+            raise _ApiError("InvalidParameters", f"Parameters {sorted(unknown)} are not defined in {name}")
+        values: dict[str, str] = {}
+        for key, spec in declared.items():
+            value = given.get(key)
+            if value is None:
+                if "default" not in spec:
+                    raise _ApiError("InvalidParameters", f"Parameter {key} is required by {name}")
+                values[key] = str(spec["default"])
+            elif isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+                values[key] = value[0]
+            else:
+                raise _ApiError("InvalidParameters", f"Parameter {key} must be a list of one string")
+            allowed = spec.get("allowedValues")
+            if allowed is not None and values[key] not in allowed:
+                raise _ApiError("InvalidParameters", f"Parameter {key} must be one of {allowed}")
+        linux = (content.get("properties") or {}).get("linux") or {}
+        command = linux.get("commands")
+        if not isinstance(command, str) or not command:
+            raise _ApiError("InvalidDocument", f"{name} has no properties.linux.commands")
+        for key, value in values.items():
+            command = re.sub(r"\{\{\s*" + re.escape(key) + r"\s*\}\}", lambda _m, v=value: v, command)
+        separate = linux.get("separateOutputStream", False)
+        for key, value in values.items():
+            if separate == "{{" + key + "}}" or separate == "{{ " + key + " }}":
+                separate = value
+        return command, separate is True or str(separate).lower() == "true"
 
     def _terminate_session(self, request: dict[str, Any]) -> dict[str, Any]:
         session_id = request.get("SessionId")

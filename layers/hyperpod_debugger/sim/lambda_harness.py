@@ -7,11 +7,17 @@ What Lambda and the stack would provide, done locally:
   for a block and restored afterwards, with the functions' cached settings cleared on both sides.
 * :func:`provision_monitor`: the stack's resources on moto: the findings table (with its stream), the
   idempotency table (key ``id``, TTL ``expiration``), the Slack webhook secret pointing at a local
-  sink, and the alert topic with an SQS queue subscribed (standing in for the email inbox).
+  sink, the alert topic with an SQS queue subscribed (standing in for the email inbox), the queue of
+  unprocessed events, and the pinned Session documents (created through whatever answers SSM: the
+  fake Session Manager in the demo, moto elsewhere).
 * :class:`StreamReader`: the findings table's new stream records, shaped like the event Lambda's
   DynamoDB event source delivers. moto (5.2) records the stream but its Streams API does not answer
   current botocore, so the records come from moto's in-process backend.
 * :func:`read_emails`: what SNS delivered to the queue, read back as subject and message.
+* :class:`SqsEventSource`: Lambda's SQS event source for the outbox (FIFO): receive a batch, invoke,
+  delete what succeeded, leave what failed to the queue's visibility and redrive rules.
+* :class:`SqsClock`: moves moto's SQS clock forward (visibility, retention, receive counts follow),
+  so hours of retries run in a test without waiting for them.
 * :func:`monitor_harness` / :class:`MonitorHarness`: all of the above together; ``invoke`` calls a
   handler with a fresh context and keeps the Powertools log lines and EMF metrics out of stdout
   (they are kept on the harness for inspection).
@@ -35,6 +41,7 @@ import io
 import json
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -51,6 +58,16 @@ IDEMPOTENCY_TABLE = "hyperpod-debugger-idempotency"
 SLACK_SECRET = "hyperpod-debugger/slack-webhook"
 ALERT_TOPIC = "hyperpod-debugger-alerts"
 MAILBOX_QUEUE = "hyperpod-debugger-alerts-mailbox"
+UNPROCESSED_QUEUE = "hyperpod-debugger-unprocessed-events"
+OUTBOX_QUEUE = "hyperpod-debugger-outbox.fifo"
+OUTBOX_DLQ = "hyperpod-debugger-outbox-dlq.fifo"
+#: The stack's outbox settings (infra/constructs/notifications.py): visibility 6 minutes (6 × the
+#: courier's timeout), 200 receives before the dead-letter queue, four days of retention.
+OUTBOX_VISIBILITY_S = 360
+OUTBOX_MAX_RECEIVES = 200
+OUTBOX_RETENTION_S = 4 * 24 * 3600
+#: The pinned Session documents, by kind (the stack lets CloudFormation name them).
+SESSION_DOCUMENT_NAMES = {"probe": "HyperPodDebugger-Probe", "slurm": "HyperPodDebugger-SlurmQuery"}
 #: The idempotency table's key and TTL attribute, as the stack creates it (Powertools' defaults).
 IDEMPOTENCY_KEY = "id"
 IDEMPOTENCY_TTL = "expiration"
@@ -82,8 +99,14 @@ class LambdaContext:
     log_stream_name: str = "2026/01/01/[$LATEST]00000000000000000000000000000000"
     timeout_ms: int = 300_000
 
+    #: when the invocation started (time.monotonic()); set by :func:`lambda_context`
+    started: float | None = None
+
     def get_remaining_time_in_millis(self) -> int:
-        return self.timeout_ms
+        """Counts down from the timeout, as Lambda's does."""
+        if self.started is None:
+            return self.timeout_ms
+        return max(0, self.timeout_ms - int((time.monotonic() - self.started) * 1000))
 
 
 def lambda_context(
@@ -91,7 +114,7 @@ def lambda_context(
     *,
     region: str = "us-west-2",
     account: str = SIM_ACCOUNT,
-    timeout_s: int = 300,
+    timeout_s: float = 300,
 ) -> LambdaContext:
     """A context for one invocation (a new request id each time)."""
     request = str(uuid.uuid4())
@@ -101,7 +124,8 @@ def lambda_context(
         aws_request_id=request,
         log_group_name=f"/aws/lambda/{function_name}",
         log_stream_name=f"[$LATEST]{request.replace('-', '')}",
-        timeout_ms=timeout_s * 1000,
+        timeout_ms=int(timeout_s * 1000),
+        started=time.monotonic(),
     )
 
 
@@ -160,6 +184,10 @@ class MonitorResources:
     secret_name: str
     topic_arn: str
     queue_url: str
+    unprocessed_queue_url: str = ""
+    session_documents: dict[str, str] = field(default_factory=dict)
+    outbox_url: str = ""
+    outbox_dlq_url: str = ""
 
     def environment(self, **overrides: str | None) -> dict[str, str | None]:
         """The variables the event handler, the sweep and the notifier read, pointing at these resources."""
@@ -169,6 +197,10 @@ class MonitorResources:
             "IDEMPOTENCY_TABLE": self.idempotency_table,
             "SLACK_SECRET_NAME": self.secret_name,
             "ALERT_TOPIC_ARN": self.topic_arn,
+            "UNPROCESSED_QUEUE_URL": self.unprocessed_queue_url or None,
+            "OUTBOX_QUEUE_URL": self.outbox_url or None,
+            "OUTBOX_DLQ_URL": self.outbox_dlq_url or None,
+            "SESSION_DOCUMENTS": json.dumps(self.session_documents) if self.session_documents else None,
         }
         env.update(overrides)
         return env
@@ -188,6 +220,23 @@ def create_idempotency_table(clients: AwsClients, name: str) -> None:
     )
 
 
+def create_session_documents(clients: AwsClients, names: Mapping[str, str] = SESSION_DOCUMENT_NAMES) -> dict[str, str]:
+    """The pinned Session documents as the stack creates them (content from the core, the tag the
+    roles' Deny looks for). Returns kind -> name."""
+    from hyperpod_debugger.aws import ssm_documents
+
+    ssm = clients.client("ssm")
+    for kind, name in names.items():
+        ssm.create_document(
+            Name=name,
+            Content=json.dumps(ssm_documents.document_content(kind)),
+            DocumentType="Session",
+            DocumentFormat="JSON",
+            Tags=[{"Key": ssm_documents.TAG_KEY, "Value": ssm_documents.TAG_VALUE}],
+        )
+    return dict(names)
+
+
 def provision_monitor(
     clients: AwsClients,
     *,
@@ -197,6 +246,8 @@ def provision_monitor(
     secret_name: str = SLACK_SECRET,
     topic_name: str = ALERT_TOPIC,
     queue_name: str = MAILBOX_QUEUE,
+    unprocessed_queue: str = UNPROCESSED_QUEUE,
+    session_documents: bool = True,
 ) -> MonitorResources:
     """Create the monitor's tables, the Slack secret (the webhook URL ``slack_url``) and the alert
     topic with a queue subscribed (raw delivery off: each message body is the SNS envelope)."""
@@ -208,6 +259,8 @@ def provision_monitor(
     queue_url = sqs.create_queue(QueueName=queue_name)["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn)
+    unprocessed_url = sqs.create_queue(QueueName=unprocessed_queue)["QueueUrl"]
+    outbox_url, outbox_dlq_url = create_outbox(clients)
     return MonitorResources(
         region=clients.region,
         findings_table=findings_table,
@@ -215,7 +268,130 @@ def provision_monitor(
         secret_name=secret_name,
         topic_arn=topic_arn,
         queue_url=queue_url,
+        unprocessed_queue_url=unprocessed_url,
+        session_documents=create_session_documents(clients) if session_documents else {},
+        outbox_url=outbox_url,
+        outbox_dlq_url=outbox_dlq_url,
     )
+
+
+def create_outbox(clients: AwsClients, name: str = OUTBOX_QUEUE, dlq_name: str = OUTBOX_DLQ) -> tuple[str, str]:
+    """The outbox FIFO queue and its FIFO dead-letter queue, as the stack creates them."""
+    sqs = clients.client("sqs")
+    dlq_url = sqs.create_queue(
+        QueueName=dlq_name, Attributes={"FifoQueue": "true", "MessageRetentionPeriod": str(14 * 24 * 3600)}
+    )["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    url = sqs.create_queue(
+        QueueName=name,
+        Attributes={
+            "FifoQueue": "true",
+            "VisibilityTimeout": str(OUTBOX_VISIBILITY_S),
+            "MessageRetentionPeriod": str(OUTBOX_RETENTION_S),
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": OUTBOX_MAX_RECEIVES}),
+        },
+    )["QueueUrl"]
+    return url, dlq_url
+
+
+# --------------------------------------------------------------------------- SQS event source and clock
+
+
+class SqsClock:
+    """Moto's SQS clock, moved forward on demand (only SQS: everything else keeps the real time).
+
+    Works while moto runs in this process. ``advance(seconds)`` makes in-flight messages visible again
+    and ages messages as hours passing would.
+    """
+
+    def __init__(self) -> None:
+        import moto.sqs.models as sqs_models
+
+        self._models = sqs_models
+        self._real = (sqs_models.unix_time, sqs_models.unix_time_millis)
+        self.offset = 0.0
+
+    def __enter__(self) -> SqsClock:
+        real_time, real_millis = self._real
+
+        def shifted(dt: Any = None) -> float:
+            return real_time(dt) + (0.0 if dt is not None else self.offset)
+
+        def shifted_millis(dt: Any = None) -> float:
+            return real_millis(dt) + (0.0 if dt is not None else self.offset * 1000.0)
+
+        self._models.unix_time, self._models.unix_time_millis = shifted, shifted_millis
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._models.unix_time, self._models.unix_time_millis = self._real
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+class SqsEventSource:
+    """Lambda's event source mapping for an SQS queue, run by hand: :meth:`poll` receives a batch as
+    Lambda does (all attributes, the queue's visibility timeout) and shapes the event; :meth:`settle`
+    deletes the records the function did not report in ``batchItemFailures``."""
+
+    def __init__(self, clients: AwsClients, queue_url: str, *, batch_size: int = 10) -> None:
+        self._sqs = clients.client("sqs")
+        self.queue_url = queue_url
+        self.batch_size = batch_size
+        attributes = self._sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]
+        self.arn = attributes["QueueArn"]
+        self.region = self.arn.split(":")[3]
+
+    def poll(self) -> dict[str, Any] | None:
+        got = self._sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=self.batch_size,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+            WaitTimeSeconds=0,
+        ).get("Messages", [])
+        if not got:
+            return None
+        records = []
+        for m in got:
+            records.append(
+                {
+                    "messageId": m["MessageId"],
+                    "receiptHandle": m["ReceiptHandle"],
+                    "body": m["Body"],
+                    "attributes": dict(m.get("Attributes") or {}),
+                    "messageAttributes": {
+                        k: {"stringValue": v.get("StringValue"), "stringListValues": [], "binaryListValues": [],
+                            "dataType": v.get("DataType")}
+                        for k, v in (m.get("MessageAttributes") or {}).items()
+                    },
+                    "md5OfBody": m.get("MD5OfBody"),
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": self.arn,
+                    "awsRegion": self.region,
+                }
+            )
+        return {"Records": records}
+
+    def settle(self, event: dict[str, Any], response: Any) -> tuple[int, int]:
+        """Delete what succeeded. Returns (deleted, failed)."""
+        failures = {f.get("itemIdentifier") for f in (response or {}).get("batchItemFailures", [])}
+        deleted = 0
+        for record in event["Records"]:
+            if record["messageId"] in failures:
+                continue
+            self._sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=record["receiptHandle"])
+            deleted += 1
+        return deleted, len(failures)
+
+    def depth(self) -> int:
+        """Messages in the queue, visible or not."""
+        attributes = self._sqs.get_queue_attributes(
+            QueueUrl=self.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
 
 
 # --------------------------------------------------------------------------- stream
@@ -359,14 +535,39 @@ class MonitorHarness:
     stream: StreamReader
     output: CapturedOutput = field(default_factory=CapturedOutput)
     invocations: int = 0
+    _outbox: SqsEventSource | None = None
 
-    def invoke(self, handler: Callable[[Any, Any], Any], event: Any, *, function_name: str | None = None) -> Any:
+    def invoke(
+        self, handler: Callable[[Any, Any], Any], event: Any, *, function_name: str | None = None,
+        timeout_s: float = 300,
+    ) -> Any:
         """Call ``handler(event, context)`` as Lambda would, with its Powertools output captured."""
         name = function_name or "hyperpod-" + getattr(handler, "__name__", "handler").replace("_", "-")
-        context = lambda_context(name, region=self.resources.region, account=self.stream.account)
+        context = lambda_context(name, region=self.resources.region, account=self.stream.account, timeout_s=timeout_s)
         self.invocations += 1
         with captured_powertools(self.output):
             return handler(event, context)
+
+    @property
+    def outbox(self) -> SqsEventSource:
+        if self._outbox is None:
+            self._outbox = SqsEventSource(self.clients, self.resources.outbox_url)
+        return self._outbox
+
+    def deliver_outbox(
+        self, courier: Callable[[Any, Any], Any], *, rounds: int = 50, timeout_s: float = 60
+    ) -> list[Any]:
+        """Run the courier on the outbox as its event source would until nothing visible is left
+        (or ``rounds`` batches); returns the courier's responses."""
+        responses = []
+        for _ in range(rounds):
+            event = self.outbox.poll()
+            if event is None:
+                break
+            response = self.invoke(courier, event, timeout_s=timeout_s)
+            self.outbox.settle(event, response)
+            responses.append(response)
+        return responses
 
     def stream_event(self) -> dict[str, Any]:
         """The findings table's stream records written since the last call, as a Lambda event."""
@@ -414,9 +615,13 @@ __all__ = [
     "LambdaContext",
     "MonitorHarness",
     "MonitorResources",
+    "SqsClock",
+    "SqsEventSource",
     "StreamReader",
     "captured_powertools",
     "create_idempotency_table",
+    "create_outbox",
+    "create_session_documents",
     "handler_environment",
     "lambda_context",
     "monitor_harness",

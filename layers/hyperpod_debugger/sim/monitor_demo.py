@@ -1,10 +1,12 @@
 """The monitor's path in the demo, through the real Lambda handlers of ``functions/monitor``.
 
 A HyperPod node-health event goes to ``event_handler`` (a triage scoped to its node, written to the
-findings table on moto); the table's stream records go to ``stream_notifier``, which reads the Slack
-webhook URL from Secrets Manager and posts to a local HTTP sink, and publishes the email to SNS (read
-back through a subscribed SQS queue). The demo prints what Slack and the email show, replays the same
-event to show the idempotency, lets the operator fix one problem, and replays the scheduled sweep
+findings table on moto); the table's stream records go to ``stream_notifier``, which renders each
+transition and queues it in the outbox (SQS FIFO); ``courier`` reads the Slack webhook URL from Secrets
+Manager, posts to a local HTTP sink and publishes the email to SNS (read back through a subscribed SQS
+queue). The demo prints what Slack and the email show, replays the same event to show the idempotency,
+publishes two Cluster Events on the simulated EventBridge where the stack's own rule patterns decide
+which reaches the handler, lets the operator fix one problem, and replays the scheduled sweep
 (``sweep_cluster``, then ``probe_batch`` per batch where the handlers have it, as the Step Functions
 Map does) to show the RESOLVED message.
 
@@ -17,12 +19,15 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from types import ModuleType
 from typing import Any
 
+from hyperpod_debugger import eventbridge
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.probe.runner import ProbeOptions
@@ -39,7 +44,6 @@ DEMO_ENV: dict[str, str | None] = {
     "PROBE_ENABLED": "true",
     "PROBE_TIMEOUT_S": f"{DEMO_PROBE.timeout:g}",
     "START_SESSION_RATE": f"{DEMO_PROBE.rate:g}",
-    "SLACK_ATTEMPTS": "2",
     "SLACK_TIMEOUT_S": "5",
     # One message per transition, so the demo shows a finding's own message; the stack's default
     # (10) would group the event's NEW findings into one digest.
@@ -158,11 +162,15 @@ def _show_email(out: list[str], email: Email) -> None:
 
 
 def _notify(monitor: MonitorHarness, handlers: ModuleType) -> tuple[int, Any, list[dict[str, Any]], list[Email]]:
-    """Deliver the stream's new records to the notifier: (records, response, Slack payloads, emails)."""
+    """The stream's new records to the notifier, which queues them in the outbox, then the outbox to
+    the courier, as their event sources would: (records, response, Slack payloads, emails)."""
     before = len(monitor.sink.received)
     event = monitor.stream_event()
     records = len(event["Records"])
     response = monitor.invoke(handlers.stream_notifier, event) if records else None
+    courier = getattr(handlers, "courier", None)
+    if courier is not None:
+        monitor.deliver_outbox(courier)
     return records, response, monitor.sink.received[before:], monitor.emails()
 
 
@@ -190,6 +198,79 @@ def _sweep(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now: datet
     return lines, transitions
 
 
+# --------------------------------------------------------------------------- EventBridge, locally
+
+
+@dataclass
+class LocalRules:
+    """The stack's three rules on the simulated account's EventBridge (moto), each sending what it
+    matches to a queue of its own, so the demo sees which rule fired. The patterns are the very ones
+    the stack deploys (``hyperpod_debugger.eventbridge.rule_patterns``)."""
+
+    clients: AwsClients
+    queues: dict[str, str]
+
+    @classmethod
+    def create(cls, clients: AwsClients, patterns: Mapping[str, dict[str, Any]]) -> LocalRules:
+        events, sqs = clients.client("events"), clients.client("sqs")
+        queues = {}
+        for index, (detail_type, pattern) in enumerate(patterns.items()):
+            name = f"hyperpod-debugger-rule-{index}"
+            url = sqs.create_queue(QueueName=name)["QueueUrl"]
+            arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+            events.put_rule(Name=name, EventPattern=json.dumps(pattern), State="ENABLED")
+            events.put_targets(Rule=name, Targets=[{"Id": "event-handler", "Arn": arn}])
+            queues[detail_type] = url
+        return cls(clients, queues)
+
+    def publish(self, envelope: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """PutEvents the envelope's source, detail-type, detail and resources (the simulated bus stands in
+        for SageMaker, which publishes on AWS); returns detail-type → the event each matching rule got."""
+        self.clients.client("events").put_events(
+            Entries=[
+                {
+                    "Source": envelope["source"],
+                    "DetailType": envelope["detail-type"],
+                    "Detail": json.dumps(envelope["detail"]),
+                    "Resources": envelope.get("resources", []),
+                }
+            ]
+        )
+        sqs = self.clients.client("sqs")
+        delivered = {}
+        for detail_type, url in self.queues.items():
+            for message in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
+                delivered[detail_type] = json.loads(message["Body"])
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        return delivered
+
+
+def cluster_event(demo: Demo, *, level: str | None, description_part: str) -> dict[str, Any]:
+    """One of the EKS cluster's own events (as ListClusterEvents/DescribeClusterEvent return it), in the
+    envelope HyperPod puts on EventBridge (the shape of AWS's published example: the fields nest
+    under ``detail.EventDetails``, the time in epoch milliseconds)."""
+    cluster = demo.eks
+    sagemaker = AwsClients(REGION, max_attempts=1).client("sagemaker")
+    summaries = sagemaker.list_cluster_events(ClusterName=cluster.arn, MaxResults=100)["Events"]
+    summary = next(e for e in summaries if description_part in (e.get("Description") or "") and
+                   (level is None or e.get("EventLevel") == level))
+    detail = sagemaker.describe_cluster_event(ClusterName=cluster.arn, EventId=summary["EventId"])["EventDetails"]
+    when = detail["EventTime"]
+    details = {k: v for k, v in detail.items() if k != "EventTime"}
+    details["EventTime"] = int(when.timestamp() * 1000)
+    return {
+        "version": "0",
+        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"demo/{summary['EventId']}")),
+        "detail-type": eventbridge.CLUSTER_EVENT,
+        "source": eventbridge.SOURCE,
+        "account": cluster.arn.split(":")[4],
+        "time": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": REGION,
+        "resources": [cluster.arn],
+        "detail": {"EventDetails": details},
+    }
+
+
 def _vpc_of(message: str) -> str | None:
     found = re.search(r"\bvpc-[0-9a-f]+\b", message)
     return found.group(0) if found else None
@@ -208,7 +289,7 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
     resources = monitor.resources
     out: list[str] = [
         "MONITOR: the Lambda handlers on the simulated account: EventBridge → event_handler → findings table "
-        "→ stream → stream_notifier → Slack and email → resolution",
+        "→ stream → stream_notifier → outbox (SQS FIFO) → courier → Slack and email → resolution",
         f"   (DynamoDB {resources.findings_table!r} with its stream, idempotency table "
         f"{resources.idempotency_table!r}, Slack webhook URL in secret {resources.secret_name!r} → a local HTTP "
         f"sink, SNS topic {resources.topic_arn.rsplit(':', 1)[-1]!r} → a subscribed SQS queue)",
@@ -232,8 +313,9 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
     # 2. the stream → stream_notifier → Slack sink and SNS → SQS
     records, answer, payloads, emails = _notify(monitor, handlers)
     out.append(
-        f"2. The table's stream delivers {records} record(s) to stream_notifier → {_response(answer)}. "
-        f"The Slack sink received {len(payloads)} payload(s); {len(emails)} email(s) arrived in the queue."
+        f"2. The table's stream delivers {records} record(s) to stream_notifier → {_response(answer)}; it "
+        "queues each message in the outbox, and the courier delivers them: "
+        f"the Slack sink received {len(payloads)} payload(s); {len(emails)} email(s) arrived in the queue."
     )
     out.append(
         f"   (one message per transition: the demo sets DIGEST_THRESHOLD={DEMO_ENV['DIGEST_THRESHOLD']}; with the "
@@ -265,21 +347,55 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
     )
     out.append("")
 
-    # 4. the operator fixes one problem themselves
+    # 4. a Cluster Event through the rules the stack deploys
+    rules = LocalRules.create(monitor.clients, eventbridge.rule_patterns())
+    failure = cluster_event(demo, level="Error", description_part="lifecycle script execution for EC2 Instance")
+    info = cluster_event(demo, level="Info", description_part="has Succeeded")
+    out.append(
+        "4. HyperPod publishes two Cluster Events (the shape of AWS's published example); the simulated "
+        "EventBridge matches them against the three rules the stack deploys (the same patterns, from "
+        "hyperpod_debugger.eventbridge):"
+    )
+    for sent in (info, failure):
+        matched = rules.publish(sent)
+        details = sent["detail"]["EventDetails"]
+        fired = ", ".join(f"the {dt!r} rule" for dt in matched) or "no rule (an Info event needs no triage)"
+        out.append(f"   {details['EventLevel']}: {details['Description'][:90]} → {fired}")
+        for delivered in matched.values():
+            out.extend(f"  │ {line}" for line in json.dumps(delivered, indent=2).splitlines())
+            runs = _triage_runs(monitor)
+            response = monitor.invoke(handlers.event_handler, delivered)
+            out.append(
+                f"   event_handler → {_response(response)} (triages run: {_triage_runs(monitor) - runs}; the "
+                f"event names {details.get('InstanceId')})"
+            )
+            records, _, payloads, emails = _notify(monitor, handlers)
+            out.append(
+                f"   The stream delivers {records} record(s); the courier delivered {len(payloads)} Slack "
+                f"message(s) and {len(emails)} email(s)."
+            )
+            lifecycle = [p for p in payloads if "lifecycle" in json.dumps(p).lower()]
+            if lifecycle:
+                out.append("")
+                _show_slack(out, lifecycle[0])
+    if out[-1]:
+        out.append("")
+
+    # 5. the operator fixes one problem themselves
     dns = next((f for f in store.open_findings(cluster.arn).values() if f.check == FIXED_CHECK), None)
     vpc_id = _vpc_of(dns.message) if dns else None
     if dns is None or vpc_id is None:
-        out.append("4. (no DNS finding to fix in this run; resolution step skipped)")
+        out.append("5. (no DNS finding to fix in this run; resolution step skipped)")
         return "\n".join(out) + "\n"
     suggested = [c["command"] for c in dns.suggested_commands if c.get("mutates")]
     command = suggested[0] if suggested else f"aws ec2 modify-vpc-attribute --vpc-id {vpc_id} --enable-dns-hostnames"
-    out.append(f"4. The operator runs the suggested command themselves (this tool never does): {command}")
+    out.append(f"5. The operator runs the suggested command themselves (this tool never does): {command}")
     monitor.clients.client("ec2").modify_vpc_attribute(VpcId=vpc_id, EnableDnsHostnames={"Value": True})
     out.append("")
 
-    # 5. the scheduled sweep, replayed now instead of waiting for the next one
+    # 6. the scheduled sweep, replayed now instead of waiting for the next one
     out.append(
-        "5. The scheduled sweep (every 15 minutes; replayed now rather than waited for) runs through the handlers, "
+        "6. The scheduled sweep (every 15 minutes; replayed now rather than waited for) runs through the handlers, "
         "as the Step Functions Map invokes them:"
     )
     lines, transitions = _sweep(monitor, handlers, demo, now)
@@ -298,11 +414,11 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
         if email.subject.startswith("[HyperPod] Resolved"):
             _show_email(out, email)
 
-    # 6. the history
+    # 7. the history
     history = store.open_findings(cluster.arn, include_resolved=True)
     states = Counter(f.state.value for f in history.values())
     out.append(
-        "6. Findings history for the cluster (DynamoDB): "
+        "7. Findings history for the cluster (DynamoDB): "
         + ", ".join(f"{state} ×{n}" for state, n in sorted(states.items()))
     )
     return "\n".join(out) + "\n"

@@ -25,6 +25,12 @@ patches moto in place (idempotent; process-wide):
 9. moto's embedded web server logs every request; the demo silences it.
 10. ``ListTags`` (and the other tag calls) find a cluster by its real ARN (moto looks the ARN's
     last segment up as a name).
+11. SQS FIFO ordering: a received message whose visibility timeout has run out is no longer in
+    flight. moto keeps it "pending" until its own turn in the receive loop, so an earlier message of
+    the same group, visible again, was skipped for the later one: the group came back out of order.
+    Before each ``ReceiveMessage``, visible messages leave the queue's in-flight set, as on AWS.
+12. EventBridge delivers the whole event to a target: moto's default input template leaves out
+    ``account``, which every real event carries (and the event handler's parser requires).
 """
 
 from __future__ import annotations
@@ -37,10 +43,12 @@ from typing import Any
 
 from moto.core.responses import ActionResult
 from moto.eks import models as eks_models
+from moto.events import utils as events_utils
 from moto.sagemaker import models as sm_models
 from moto.sagemaker.exceptions import ResourceNotFound, ValidationError
 from moto.sagemaker.responses import SageMakerResponse
 from moto.servicequotas import models as sq_models
+from moto.sqs import models as sqs_models
 
 #: (ServiceCode, QuotaCode) -> value, served by the patched GetServiceQuota.
 EC2_QUOTAS: dict[tuple[str, str], float] = {("ec2", "L-DF5E4CA3"): 5000.0}
@@ -246,6 +254,17 @@ def _node_arn(self: Any) -> str:
     return f"arn:aws:sagemaker:{self.region_name}:{self.account_id}:cluster-node/{self.instance_id}"
 
 
+_original_receive = sqs_models.SQSBackend.receive_message
+
+
+def _receive_message(self: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+    queue = self.get_queue(queue_name)
+    for message in list(queue.pending_messages):
+        if message.visible:
+            queue.pending_messages.discard(message)
+    return _original_receive(self, queue_name, *args, **kwargs)
+
+
 def apply() -> None:
     global _APPLIED
     if _APPLIED:
@@ -263,4 +282,9 @@ def apply() -> None:
     SageMakerResponse.describe_cluster_event = _describe_cluster_event
     sq_models.ServiceQuotasBackend.get_service_quota = _get_service_quota
     eks_models.EKSBackend.describe_cluster = _eks_describe_cluster
+    sqs_models.SQSBackend.receive_message = _receive_message
+    events_utils.EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE = (
+        '{"version": "0", "id": "<id>", "detail-type": "<detail-type>", "source": "<source>", '
+        '"account": "<account>", "time": <time>, "region": "<region>", "resources": <resources>, "detail": <detail>}'
+    )
     _APPLIED = True

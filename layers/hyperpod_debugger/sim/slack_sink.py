@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -76,6 +77,10 @@ class SlackSink:
         self.requests = 0  # every POST, accepted or not
         self.rejected: list[list[str]] = []
         self._faults: deque[tuple[int, float | None]] = deque()
+        #: every request answered with this status until :meth:`outage` is called with None
+        self._outage: int | None = None
+        #: seconds each request waits before any answer (a hanging endpoint)
+        self._hang = 0.0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -90,6 +95,13 @@ class SlackSink:
             def do_POST(self) -> None:  # noqa: N802 - the http.server API
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
+                with sink._lock:
+                    hang = sink._hang
+                if hang:
+                    with sink._lock:
+                        sink.requests += 1
+                    time.sleep(hang)
+                    return  # the client gave up long ago; close without an answer
                 status, body, headers = sink._answer(raw)
                 data = body.encode()
                 self.send_response(status)
@@ -124,6 +136,16 @@ class SlackSink:
 
     # ----------------------------------------------------------------- faults
 
+    def outage(self, status: int | None = 503) -> None:
+        """Answer every request with ``status`` from now on; ``None`` ends the outage."""
+        with self._lock:
+            self._outage = status
+
+    def hang(self, seconds: float) -> None:
+        """Hold every request ``seconds`` without answering (0: answer again)."""
+        with self._lock:
+            self._hang = max(seconds, 0.0)
+
     def fail_next(self, n: int, status: int = 500, *, retry_after: float | None = None) -> None:
         """Answer the next ``n`` requests with ``status`` (and a ``Retry-After`` header when given)."""
         with self._lock:
@@ -134,6 +156,8 @@ class SlackSink:
     def _answer(self, raw: bytes) -> tuple[int, str, dict[str, str]]:
         with self._lock:
             self.requests += 1
+            if self._outage is not None:
+                return self._outage, "service_unavailable", {}
             if self._faults:
                 status, retry_after = self._faults.popleft()
                 headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
