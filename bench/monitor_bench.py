@@ -161,6 +161,8 @@ def courier_against_a_hanging_slack(messages: int = 10, hang_s: float = 30.0) ->
     """
     from moto import mock_aws
 
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # functions/ lives in the repository, not in the installed package
     from functions.monitor import handlers
     from hyperpod_debugger.sim import moto_patches
     from hyperpod_debugger.sim.lambda_harness import monitor_harness
