@@ -13,7 +13,7 @@ from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
 from infra import constants as c
-from infra.constructs.detection import Detection, keep_unprocessed, monitor_metric
+from infra.constructs.detection import Detection, monitor_metric, route_unprocessed
 from infra.constructs.findings import FindingsStore
 from infra.constructs.hma_subscription import HmaSubscription, cluster_log_groups
 from infra.constructs.kubernetes_access import KubernetesReadAccess
@@ -177,7 +177,7 @@ class HyperPodDebuggerStack(cdk.Stack):
             cluster_allowlist=allowlist,
             log_retention=retention,
         )
-        keep_unprocessed(subscription.function, self.detection.dlq)
+        route_unprocessed(subscription.function, self.detection.dlq)
         topic = self.notifications.topic
         subscription.alarms = {
             "rejected": alarm(

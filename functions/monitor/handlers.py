@@ -239,7 +239,10 @@ def sweep_cluster(event: dict[str, Any], context: LambdaContext) -> dict[str, An
     )
     report, obs = triage_with_observation(
         TriageRequest(
-            cluster=cluster_arn or cluster_name, region=env.AWS_REGION, now=now, probe=env.PROBE_ENABLED,
+            cluster=cluster_arn or cluster_name,
+            region=env.AWS_REGION,
+            now=now,
+            probe=env.PROBE_ENABLED,
             probe_options=options,
         ),
         clients,
@@ -259,8 +262,13 @@ def sweep_cluster(event: dict[str, Any], context: LambdaContext) -> dict[str, An
     rotation: dict[str, int] | None = None
     if env.PROBE_ENABLED:
         plan, batches = logic.plan_probe_batches(
-            report, obs, store.open_findings(arn), store.last_probed(arn), now,
-            settings=_rotation(env), sweep_id=sweep_id,
+            report,
+            obs,
+            store.open_findings(arn),
+            store.last_probed(arn),
+            now,
+            settings=_rotation(env),
+            sweep_id=sweep_id,
         )
         rotation = plan.summary()
         metrics.add_metric(name="NodesPlannedForProbe", unit=MetricUnit.Count, value=len(plan.nodes))
@@ -269,7 +277,10 @@ def sweep_cluster(event: dict[str, Any], context: LambdaContext) -> dict[str, An
         for note in plan.notes:
             logger.warning("probe rotation", cluster=report.cluster.name, note=note)
     logger.info(
-        "cluster checks applied", cluster=report.cluster.name, transitions=kinds, rotation=rotation,
+        "cluster checks applied",
+        cluster=report.cluster.name,
+        transitions=kinds,
+        rotation=rotation,
         summary=report.summary.model_dump(),
     )
     return {
@@ -323,8 +334,9 @@ def probe_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]
     kinds = _kinds(transitions)
     metrics.add_metric(name="NodesProbed", unit=MetricUnit.Count, value=len(probed))
     metrics.add_metric(name="SweepTransitions", unit=MetricUnit.Count, value=len(transitions))
-    logger.info("probe batch applied", cluster=batch.cluster_name, planned=len(nodes), probed=len(probed),
-                transitions=kinds)
+    logger.info(
+        "probe batch applied", cluster=batch.cluster_name, planned=len(nodes), probed=len(probed), transitions=kinds
+    )
     return {
         "status": "processed",
         "cluster_arn": batch.cluster_arn,
@@ -380,8 +392,9 @@ def _changes(records: list[Any]) -> tuple[list[logic.StreamChange], dict[str, st
     return changes, unreadable, orphans
 
 
-def _keep_unreadable(env: NotifierEnv, records: list[Any], unreadable: dict[str, str],
-                     orphans: list[tuple[Any, str]]) -> set[str]:
+def _keep_unreadable(
+    env: NotifierEnv, records: list[Any], unreadable: dict[str, str], orphans: list[tuple[Any, str]]
+) -> set[str]:
     """Keep damaged records in the unprocessed queue; returns the ids that could not be kept (those fail
     and are retried by the stream, so nothing is lost either way)."""
     by_id = {_record_id(r): r for r in records if _record_id(r)}
@@ -390,15 +403,23 @@ def _keep_unreadable(env: NotifierEnv, records: list[Any], unreadable: dict[str,
     for raw, reason, rid in items:
         metrics.add_metric(name="StreamRecordsUnreadable", unit=MetricUnit.Count, value=1)
         try:
-            kept = keep_unprocessed(env.UNPROCESSED_QUEUE_URL, env.AWS_REGION, raw, kind="stream record",
-                                    errors=[{"at": "record", "error": reason}])
+            kept = keep_unprocessed(
+                env.UNPROCESSED_QUEUE_URL,
+                env.AWS_REGION,
+                raw,
+                kind="stream record",
+                errors=[{"at": "record", "error": reason}],
+            )
         except RuntimeError as exc:
             logger.error("stream record unreadable and not kept", record=rid or None, reason=reason, error=str(exc))
             if rid:
                 failed.add(rid)
             continue
-        logger.error("stream record unreadable: kept for inspection" if kept else "stream record unreadable",
-                     record=rid or None, reason=reason)
+        logger.error(
+            "stream record unreadable: kept for inspection" if kept else "stream record unreadable",
+            record=rid or None,
+            reason=reason,
+        )
     return failed
 
 
@@ -429,8 +450,9 @@ def _enqueue(env: NotifierEnv, deliveries: list[logic.Delivery], ledger: logic.L
             held.add(cluster)
             failed.update(delivery.record_ids)
             metrics.add_metric(name="OutboxPutFailures", unit=MetricUnit.Count, value=1)
-            logger.warning("outbox refused a message: its cluster's later records wait", delivery=delivery.key,
-                           error=str(exc))
+            logger.warning(
+                "outbox refused a message: its cluster's later records wait", delivery=delivery.key, error=str(exc)
+            )
             continue
         metrics.add_metric(name="OutboxMessages", unit=MetricUnit.Count, value=len(env.channels))
     return failed
@@ -519,8 +541,13 @@ def courier(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """
     env = courier_env()
     clients = AwsClients(env.AWS_REGION)
-    channels = AwsChannels(clients, secret_name=env.SLACK_SECRET_NAME, topic_arn=env.ALERT_TOPIC_ARN,
-                           slack_attempts=1, slack_timeout=env.SLACK_TIMEOUT_S)
+    channels = AwsChannels(
+        clients,
+        secret_name=env.SLACK_SECRET_NAME,
+        topic_arn=env.ALERT_TOPIC_ARN,
+        slack_attempts=1,
+        slack_timeout=env.SLACK_TIMEOUT_S,
+    )
     outbox = SqsOutbox(clients, env.OUTBOX_QUEUE_URL)
     records = [r for r in (event.get("Records") or []) if isinstance(r, dict)] if isinstance(event, dict) else []
     parsed: dict[str, logic.OutboxMessage | str] = {}
@@ -541,8 +568,10 @@ def courier(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
     def retry_later(record: SQSRecord, retry_after: float | None) -> None:
         delay = logic.retry_delay(
-            int(record.attributes.approximate_receive_count or 1), retry_after,
-            base=env.RETRY_BASE_S, cap=env.RETRY_CAP_S,
+            int(record.attributes.approximate_receive_count or 1),
+            retry_after,
+            base=env.RETRY_BASE_S,
+            cap=env.RETRY_CAP_S,
         )
         outbox.backoff(record.receipt_handle, delay)
         backed_off.add(record.message_id)
@@ -553,11 +582,18 @@ def courier(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         item = parsed.get(record.message_id)
         if not isinstance(item, logic.OutboxMessage):
             reason = f"not an outbox message: {item}"
-            dead_letter(clients, env.OUTBOX_DLQ_URL, record.body, group=record.attributes.message_group_id or "-",
-                        dedup=record.message_id, reason=reason)
+            dead_letter(
+                clients,
+                env.OUTBOX_DLQ_URL,
+                record.body,
+                group=record.attributes.message_group_id or "-",
+                dedup=record.message_id,
+                reason=reason,
+            )
             metrics.add_metric(name="OutboxDeadLettered", unit=MetricUnit.Count, value=1)
-            logger.error("outbox message unreadable: moved to the dead-letter queue", message_id=record.message_id,
-                         reason=reason)
+            logger.error(
+                "outbox message unreadable: moved to the dead-letter queue", message_id=record.message_id, reason=reason
+            )
             return
         if ledger.done(f"sent#{item.id}"):
             return
@@ -570,22 +606,38 @@ def courier(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             logic.send(item, channels)
         except logic.ChannelError as exc:
             if exc.permanent:
-                dead_letter(clients, env.OUTBOX_DLQ_URL, record.body, group=record.attributes.message_group_id
-                            or item.group, dedup=item.id, reason=str(exc))
+                dead_letter(
+                    clients,
+                    env.OUTBOX_DLQ_URL,
+                    record.body,
+                    group=record.attributes.message_group_id or item.group,
+                    dedup=item.id,
+                    reason=str(exc),
+                )
                 metrics.add_metric(name="OutboxDeadLettered", unit=MetricUnit.Count, value=1)
-                logger.error("message refused by its channel: moved to the dead-letter queue", delivery=item.key,
-                             channel=item.channel, error=str(exc))
+                logger.error(
+                    "message refused by its channel: moved to the dead-letter queue",
+                    delivery=item.key,
+                    channel=item.channel,
+                    error=str(exc),
+                )
                 return
             down[item.channel] = str(exc)
             retry_later(record, exc.retry_after)
             metrics.add_metric(name="NotificationFailures", unit=MetricUnit.Count, value=1)
-            logger.warning("notification failed: retried later", delivery=item.key, channel=item.channel,
-                           error=str(exc), receive_count=record.attributes.approximate_receive_count)
+            logger.warning(
+                "notification failed: retried later",
+                delivery=item.key,
+                channel=item.channel,
+                error=str(exc),
+                receive_count=record.attributes.approximate_receive_count,
+            )
             raise
         ledger.mark([f"sent#{item.id}"])
         metrics.add_metric(name=f"Notifications{item.kind.title()}", unit=MetricUnit.Count, value=1)
-        logger.info("notification sent", delivery=item.key, kind=item.kind, channel=item.channel,
-                    records=len(item.records))
+        logger.info(
+            "notification sent", delivery=item.key, kind=item.kind, channel=item.channel, records=len(item.records)
+        )
 
     response = process_partial_response(
         event={"Records": records}, record_handler=record_handler, processor=_courier_processor, context=context

@@ -42,7 +42,7 @@ ASYNC_RETRY_ATTEMPTS = 2
 MAX_EVENT_AGE = cdk.Duration.hours(6)
 
 
-def keep_unprocessed(function: PythonFunction, queue: sqs.IQueue) -> None:
+def route_unprocessed(function: PythonFunction, queue: sqs.IQueue) -> None:
     """Failed invocations go to ``queue`` (Lambda's on-failure destination); rejected inputs are put
     there by the handler itself (``UNPROCESSED_QUEUE_URL``, ``sqs:SendMessage`` on that queue only)."""
     function.function.configure_async_invoke(
@@ -101,7 +101,7 @@ class Detection(Construct):
             cluster_allowlist=cluster_allowlist,
             log_retention=log_retention,
         )
-        keep_unprocessed(self.function, self.dlq)
+        route_unprocessed(self.function, self.dlq)
         self.patterns = eventbridge.rule_patterns(allowlist)
         ids = {
             eventbridge.CLUSTER_EVENT: "ClusterEventRule",

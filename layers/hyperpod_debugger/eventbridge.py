@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from hyperpod_debugger.validate import CLUSTER_NAME_RE
+
 SOURCE = "aws.sagemaker"
 CLUSTER_EVENT = "SageMaker HyperPod Cluster Event"
 STATE_CHANGE = "SageMaker HyperPod Cluster State Change"
@@ -55,8 +57,8 @@ LEVEL_HINTS: tuple[tuple[str, str], ...] = (
     ("*PodDisruptionBudget*", "Warn"),
 )
 
-#: botocore's ClusterName pattern and the 12-character cluster id.
-CLUSTER_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+#: botocore's ClusterName pattern (the CLI validates names with the same one) and the 12-character id.
+CLUSTER_NAME = CLUSTER_NAME_RE
 CLUSTER_ID = re.compile(r"^[a-z0-9]{12}$")
 #: A cluster ARN as events carry it: the id form (the API's pattern), or a name where AWS's
 #: documentation examples put one; the Region is read from it.

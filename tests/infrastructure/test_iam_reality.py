@@ -65,9 +65,24 @@ def test_every_action_in_the_every_setting_template_is_in_iams_catalogue(every_s
 def test_the_catalogue_check_can_fail(catalogue):
     # the action an earlier version granted: not an IAM action (IAM authorises each item's own action)
     fake = Template.from_json(
-        {"Resources": {"P": {"Type": "AWS::IAM::Policy", "Properties": {"PolicyDocument": {"Statement": [
-            {"Effect": "Allow", "Action": ["dynamodb:TransactWriteItems", "dynamodb:PutItem"], "Resource": "*"}
-        ]}}}}}
+        {
+            "Resources": {
+                "P": {
+                    "Type": "AWS::IAM::Policy",
+                    "Properties": {
+                        "PolicyDocument": {
+                            "Statement": [
+                                {
+                                    "Effect": "Allow",
+                                    "Action": ["dynamodb:TransactWriteItems", "dynamodb:PutItem"],
+                                    "Resource": "*",
+                                }
+                            ]
+                        }
+                    },
+                }
+            }
+        }
     )
     assert _unknown(fake, catalogue) == ["dynamodb:TransactWriteItems"]
 
@@ -84,8 +99,9 @@ def test_the_declared_actions_are_all_in_iams_catalogue(catalogue):
 def role_statements(template: Template, handler: str) -> list[dict]:
     """Every statement of every identity policy attached to the role of the function with ``handler``."""
     resources = template.to_json()["Resources"]
-    (function,) = [r for r in resources.values() if r["Type"] == "AWS::Lambda::Function"
-                   and r["Properties"]["Handler"] == handler]
+    (function,) = [
+        r for r in resources.values() if r["Type"] == "AWS::Lambda::Function" and r["Properties"]["Handler"] == handler
+    ]
     role = function["Properties"]["Role"]["Fn::GetAtt"][0]
     out = []
     for resource in resources.values():
@@ -103,8 +119,11 @@ def granted(statements: list[dict], action: str) -> bool:
 @pytest.mark.parametrize("handler", TRIAGING)
 def test_every_triaging_role_grants_every_action_the_adapters_declare(every_setting: Template, handler):
     statements = role_statements(every_setting, handler)
-    needed = [a for a in (*declared.READ_ONLY_ACTIONS, *declared.SESSION_ACTIONS, *declared.STORE_ACTIONS)
-              if a not in declared.NO_PERMISSION_NEEDED]
+    needed = [
+        a
+        for a in (*declared.READ_ONLY_ACTIONS, *declared.SESSION_ACTIONS, *declared.STORE_ACTIONS)
+        if a not in declared.NO_PERMISSION_NEEDED
+    ]
     assert [a for a in needed if not granted(statements, a)] == []
 
 
@@ -170,9 +189,11 @@ def recording_run() -> Recorder:
     mp = pytest.MonkeyPatch()
     now = datetime.now(UTC)
     try:
-        with _simulated_account(now) as (clients, demo), recording(mp) as recorder, monitor_harness(
-            clients, env={**DEMO_ENV, "LOG_MAX_NODES": "2"}
-        ) as monitor:
+        with (
+            _simulated_account(now) as (clients, demo),
+            recording(mp) as recorder,
+            monitor_harness(clients, env={**DEMO_ENV, "LOG_MAX_NODES": "2"}) as monitor,
+        ):
 
             def invoke(handler: str, event: Any) -> Any:
                 recorder.function = handler
@@ -186,8 +207,10 @@ def recording_run() -> Recorder:
             invoke(c.STREAM_NOTIFIER_HANDLER, monitor.stream_event())
             deliver(monitor, invoke)
             for cluster in (demo.eks, demo.slurm):
-                swept = invoke(c.SWEEP_HANDLER, {"cluster_arn": cluster.arn, "cluster_name": cluster.name,
-                                                 "sweep_id": "iam-recording"})
+                swept = invoke(
+                    c.SWEEP_HANDLER,
+                    {"cluster_arn": cluster.arn, "cluster_name": cluster.name, "sweep_id": "iam-recording"},
+                )
                 for batch in swept.get("batches", []):
                     invoke(c.PROBE_BATCH_HANDLER, batch)
             _, stream = slurm_detection(demo.slurm)

@@ -55,7 +55,9 @@ def _function(template: Template, handler: str) -> dict:
 
 @pytest.mark.parametrize("handler", PROBING)
 def test_probing_functions_are_told_the_document_names(every_setting: Template, handler):
-    setting = json.dumps(_function(every_setting, handler)["Properties"]["Environment"]["Variables"]["SESSION_DOCUMENTS"])
+    setting = json.dumps(
+        _function(every_setting, handler)["Properties"]["Environment"]["Variables"]["SESSION_DOCUMENTS"]
+    )
     assert "ProbeDocument" in setting and "SlurmDocument" in setting
 
 
@@ -87,9 +89,7 @@ def test_start_session_is_denied_for_every_document_but_the_pinned_ones(every_se
 def test_a_function_may_end_only_its_own_sessions(every_setting: Template, handler):
     [terminate] = [s for s in role_statements(every_setting, handler) if s.get("Sid") == "EndOwnSessions"]
     assert terminate["Action"] == "ssm:TerminateSession"
-    assert terminate["Condition"] == {
-        "StringLike": {"ssm:resourceTag/aws:ssmmessages:session-id": ["${aws:userid}"]}
-    }
+    assert terminate["Condition"] == {"StringLike": {"ssm:resourceTag/aws:ssmmessages:session-id": ["${aws:userid}"]}}
     assert ":session/*" in json.dumps(terminate["Resource"])
 
 

@@ -687,3 +687,14 @@ def test_an_allowlist_entry_that_is_no_cluster_is_rejected_with_the_reason(tmp_p
 def test_invalid_start_session_rate_is_rejected(tmp_path_factory):
     with pytest.raises(Exception, match="startSessionRate"):
         synth(tmp_path_factory, startSessionRate=0)
+
+
+def test_the_simulators_outbox_is_the_stacks():
+    # the local harness builds the outbox with the stack's settings (it cannot import infra/)
+    from hyperpod_debugger.sim import lambda_harness as h
+
+    assert (h.OUTBOX_VISIBILITY_S, h.OUTBOX_MAX_RECEIVES, h.OUTBOX_RETENTION_S) == (
+        c.OUTBOX_VISIBILITY_S,
+        c.OUTBOX_MAX_RECEIVES,
+        c.OUTBOX_RETENTION_DAYS * 86400,
+    )

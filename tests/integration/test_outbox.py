@@ -176,7 +176,10 @@ def test_damaged_stream_records_are_kept_aside_and_the_good_alerts_still_go(moni
     good = event["Records"]
     damaged = [
         {**good[0], "dynamodb": {**good[0]["dynamodb"], "NewImage": "not a map", "SequenceNumber": "9000001"}},
-        {**good[0], "dynamodb": {**good[0]["dynamodb"], "NewImage": None, "OldImage": [1], "SequenceNumber": "9000002"}},
+        {
+            **good[0],
+            "dynamodb": {**good[0]["dynamodb"], "NewImage": None, "OldImage": [1], "SequenceNumber": "9000002"},
+        },
         {"eventID": "no-dynamodb-at-all"},
         None,
     ]
@@ -186,8 +189,9 @@ def test_damaged_stream_records_are_kept_aside_and_the_good_alerts_still_go(moni
     monitor.deliver_outbox(handlers.courier)
     assert len(monitor.sink.received) == 1 and len(monitor.emails()) == 1
     sqs = monitor.clients.client("sqs")
-    kept = sqs.receive_message(QueueUrl=monitor.resources.unprocessed_queue_url, MaxNumberOfMessages=10,
-                               MessageAttributeNames=["All"])["Messages"]
+    kept = sqs.receive_message(
+        QueueUrl=monitor.resources.unprocessed_queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+    )["Messages"]
     assert len(kept) == 4
     reasons = [m["MessageAttributes"]["reason"]["StringValue"] for m in kept]
     assert any("not a map" in r for r in reasons) and any("SequenceNumber" in r for r in reasons)
@@ -286,8 +290,12 @@ def test_a_payload_slack_refuses_goes_to_the_dead_letter_queue_whole_and_does_no
 
 def test_a_body_that_is_not_an_outbox_message_is_dead_lettered(monitor):
     sqs = monitor.clients.client("sqs")
-    sqs.send_message(QueueUrl=monitor.resources.outbox_url, MessageBody="{broken", MessageGroupId="slack:x",
-                     MessageDeduplicationId="broken-1")
+    sqs.send_message(
+        QueueUrl=monitor.resources.outbox_url,
+        MessageBody="{broken",
+        MessageGroupId="slack:x",
+        MessageDeduplicationId="broken-1",
+    )
     responses = monitor.deliver_outbox(handlers.courier)
     assert responses == [{"batchItemFailures": []}]
     [dead] = dead_letters(monitor)
@@ -304,13 +312,15 @@ def test_a_throttled_ledger_is_bounded_and_never_drops_a_message(monitor, monkey
 
         def batch_get_item(self, **_):
             calls.append("get")
-            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}},
-                              "BatchGetItem")
+            raise ClientError(
+                {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}}, "BatchGetItem"
+            )
 
         def batch_write_item(self, **_):
             calls.append("write")
-            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}},
-                              "BatchWriteItem")
+            raise ClientError(
+                {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}}, "BatchWriteItem"
+            )
 
     real_init = adapters.DeliveryLedger.__init__
 

@@ -81,13 +81,19 @@ def test_published_events_fire_exactly_the_rules_they_should(name, expected):
         # derived: level-less families of the events reference that need attention
         ({"EventLevel": None, "Description": "Slurm configuration drift detected: partition dev"}, True),
         (
-            {"EventLevel": None, "Description": "UpdateClusterSoftware for Instance i-0391f86fa0fe0d465 in IG p5Inst "
-             "skipped due to PodDisruptionBudget constraint."},
+            {
+                "EventLevel": None,
+                "Description": "UpdateClusterSoftware for Instance i-0391f86fa0fe0d465 in IG p5Inst "
+                "skipped due to PodDisruptionBudget constraint.",
+            },
             True,
         ),
         (
-            {"EventLevel": None, "Description": "Baking period failed for IG p5Inst in Cluster sample-cluster. "
-             "Alarms [p99-latency] entered ALARM state. Initiating auto-rollback."},
+            {
+                "EventLevel": None,
+                "Description": "Baking period failed for IG p5Inst in Cluster sample-cluster. "
+                "Alarms [p99-latency] entered ALARM state. Initiating auto-rollback.",
+            },
             True,
         ),
     ],
@@ -102,8 +108,11 @@ def test_cluster_event_rule_by_level_and_description(fields, fires):
 
 def test_a_lifecycle_script_failure_without_a_level_fires():
     # derived: the published "has Started" event, as the reference's LCS failure family words it
-    event = with_details(LCS_STARTED, Description="Instance lifecycle script execution for EC2 Instance "
-                         "i-0391f86fa0fe0d465 has Failed. To view lifecycle script logs, visit log group")
+    event = with_details(
+        LCS_STARTED,
+        Description="Instance lifecycle script execution for EC2 Instance "
+        "i-0391f86fa0fe0d465 has Failed. To view lifecycle script logs, visit log group",
+    )
     assert matching_rules(eb.rule_patterns(), event) == [eb.CLUSTER_EVENT]
     assert eb.effective_level(None, event["detail"]["EventDetails"]["Description"]) == "Error"
 
@@ -201,12 +210,21 @@ def test_an_arn_without_a_valid_region_or_shape_is_refused(arn):
     ("description", "section", "key"),
     [
         # wordings of the HyperPod cluster events reference (placeholders filled in)
-        ("Baking period failed for IG gpu in Cluster c1. Alarms [a] entered ALARM state. Initiating auto-rollback.",
-         "E", "patch_rollback"),
-        ("Rollback failed for IG gpu in Cluster c1. Some instances may be in FailedMaintenance state.", "E",
-         "patch_rollback"),
-        ("UpdateClusterSoftware for Instance i-0abc12345678 in IG gpu skipped due to PodDisruptionBudget constraint.",
-         "E", "patch_blocked"),
+        (
+            "Baking period failed for IG gpu in Cluster c1. Alarms [a] entered ALARM state. Initiating auto-rollback.",
+            "E",
+            "patch_rollback",
+        ),
+        (
+            "Rollback failed for IG gpu in Cluster c1. Some instances may be in FailedMaintenance state.",
+            "E",
+            "patch_rollback",
+        ),
+        (
+            "UpdateClusterSoftware for Instance i-0abc12345678 in IG gpu skipped due to PodDisruptionBudget constraint.",
+            "E",
+            "patch_blocked",
+        ),
         ("UpdateClusterSoftware failed for IG gpu in Cluster c1. Initiating rollback.", "E", "patch_rollback"),
         ("Slurm configuration drift detected: partition dev", "H", "slurm_drift"),
         ("Failed to enable AutoScaling in Cluster c1", "J", "autoscaling"),

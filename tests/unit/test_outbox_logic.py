@@ -18,9 +18,19 @@ ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/lw12e0dn1hhd"
 
 def change(record: str, kind: TransitionKind = TransitionKind.NEW) -> logic.StreamChange:
     finding = StoredFinding(
-        fingerprint="f" * 32, cluster_arn=ARN, instance_id="i-0123456789abcdef0", check="probe.xid", section="G.1",
-        tag="FAIL", priority="P0", state=State.OPEN, first_seen=NOW.isoformat(), last_seen=NOW.isoformat(), count=1,
-        message="Xid 79", cluster_name="ml-eks-prod",
+        fingerprint="f" * 32,
+        cluster_arn=ARN,
+        instance_id="i-0123456789abcdef0",
+        check="probe.xid",
+        section="G.1",
+        tag="FAIL",
+        priority="P0",
+        state=State.OPEN,
+        first_seen=NOW.isoformat(),
+        last_seen=NOW.isoformat(),
+        count=1,
+        message="Xid 79",
+        cluster_name="ml-eks-prod",
     )
     return logic.StreamChange(record_id=record, kind=kind, at=NOW.isoformat(), finding=finding)
 
@@ -52,10 +62,38 @@ def test_a_message_survives_its_own_json_and_its_id_depends_on_channel_and_recor
         ("[]", "not an outbox message"),
         (json.dumps({"v": 2}), "not an outbox message"),
         (json.dumps({"v": 1, "channel": "pager"}), "unknown channel"),
-        (json.dumps({"v": 1, "channel": "slack", "id": "x", "group": "g", "key": "k", "kind": "single",
-                     "created_at": "t", "records": ["1"]}), "without its payload"),
-        (json.dumps({"v": 1, "channel": "sns", "id": "x", "group": "g", "key": "k", "kind": "single",
-                     "created_at": "t", "records": "1", "subject": "s", "body": "b"}), "records"),
+        (
+            json.dumps(
+                {
+                    "v": 1,
+                    "channel": "slack",
+                    "id": "x",
+                    "group": "g",
+                    "key": "k",
+                    "kind": "single",
+                    "created_at": "t",
+                    "records": ["1"],
+                }
+            ),
+            "without its payload",
+        ),
+        (
+            json.dumps(
+                {
+                    "v": 1,
+                    "channel": "sns",
+                    "id": "x",
+                    "group": "g",
+                    "key": "k",
+                    "kind": "single",
+                    "created_at": "t",
+                    "records": "1",
+                    "subject": "s",
+                    "body": "b",
+                }
+            ),
+            "records",
+        ),
     ],
 )
 def test_a_body_that_is_not_a_message_says_why(body, reason):
@@ -73,8 +111,16 @@ def test_any_text_is_a_message_or_a_value_error(text):
 
 @pytest.mark.parametrize(
     ("receives", "retry_after", "seconds"),
-    [(1, None, 60), (2, None, 120), (4, None, 480), (5, None, 900), (60, None, 900), (3, 30.0, 30), (1, 0.2, 1),
-     (1, 10**9, 12 * 3600)],
+    [
+        (1, None, 60),
+        (2, None, 120),
+        (4, None, 480),
+        (5, None, 900),
+        (60, None, 900),
+        (3, 30.0, 30),
+        (1, 0.2, 1),
+        (1, 10**9, 12 * 3600),
+    ],
 )
 def test_backoff_doubles_to_its_cap_and_honours_retry_after(receives, retry_after, seconds):
     assert logic.retry_delay(receives, retry_after) == seconds
