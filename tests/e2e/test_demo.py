@@ -53,11 +53,10 @@ def test_demo_reports_both_orchestrators_and_suggests_only_quoted_commands(demo_
     assert "blast radius:" in demo_output and "IaC:" in demo_output
 
 
-def test_demo_json_is_a_list_of_reports():
-    import json
-
+@pytest.fixture(scope="module")
+def demo_json() -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    out = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "hyperpod_debugger.cli", "demo", "--json"],
         capture_output=True,
         text=True,
@@ -66,8 +65,22 @@ def test_demo_json_is_a_list_of_reports():
         timeout=300,
         check=True,
     ).stdout
-    reports = json.loads(out)
+
+
+def test_demo_json_is_a_list_of_reports(demo_json):
+    import json
+
+    reports = json.loads(demo_json)
     assert [r["cluster"]["orchestrator"] for r in reports] == ["EKS", "Slurm"]
+
+
+def test_the_demo_is_unchanged_but_for_times_random_ids_and_the_version(demo_output, demo_json):
+    # the reports and the printed Slack/email messages as saved before a refactoring (tests/e2e/golden/);
+    # an intended change of output rewrites them: python -m tests.e2e.snapshot --write
+    from tests.e2e.snapshot import GOLDEN, normalise
+
+    assert normalise(demo_output) == (GOLDEN / "demo.txt").read_text()
+    assert normalise(demo_json) == (GOLDEN / "demo.json").read_text()
 
 
 def test_every_problem_carries_its_runbook_link(demo_output):
