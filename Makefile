@@ -11,15 +11,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+# The core with its extras, and the simulator (its own distribution under sim/, never in the layer).
+$(STAMP): pyproject.toml sim/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -e ./sim
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m hyperpod_debugger.cli demo
 
 test: $(STAMP)
-	$(BIN)/ruff check layers tests bench functions infra
+	$(BIN)/ruff check layers sim tests bench functions infra
 	$(BIN)/python -m pytest -q
 
 unit: $(STAMP)
@@ -38,7 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/monitor_bench.py --nodes 1000
 
 lint: $(STAMP)
-	$(BIN)/ruff check layers tests bench functions infra
+	$(BIN)/ruff check layers sim tests bench functions infra
 
 schema: $(STAMP)
 	$(BIN)/hyperpod-debugger schema > references/triage-report.schema.json
@@ -46,19 +47,15 @@ schema: $(STAMP)
 iam-policy: $(STAMP)
 	$(BIN)/hyperpod-debugger iam-policy
 
-# The Lambda layer, built offline without Docker: the core package plus its runtime dependencies as
-# cp312 / manylinux2014_aarch64 wheels (the functions run on ARM64), into build/layer/python.
+# The Lambda layer, built offline without Docker (infra/layer.py): the core package plus its runtime
+# dependencies as cp312 / manylinux2014_aarch64 wheels (the functions run on ARM64), into build/layer/python.
 LAYER_DIR   := build/layer
 LAYER_STAMP := $(LAYER_DIR)/.built
 # The layer is rebuilt whenever the core package or the project's dependencies change.
 LAYER_SRC   := pyproject.toml $(shell find layers/hyperpod_debugger -type f \( -name '*.py' -o -name '*.sh' \) 2>/dev/null)
 
 layer: $(STAMP)
-	rm -rf $(LAYER_DIR) build/wheel
-	$(BIN)/python -m pip wheel --quiet --no-deps -w build/wheel .
-	$(BIN)/python -m pip install --quiet --no-compile --platform manylinux2014_aarch64 --implementation cp \
-		--python-version 3.12 --only-binary=:all: -t $(LAYER_DIR)/python \
-		"$$(ls build/wheel/hyperpod_debugger-*.whl)[lambda]"
+	$(BIN)/python -m infra.layer $(LAYER_DIR)
 	touch $(LAYER_STAMP)
 
 $(LAYER_STAMP): $(LAYER_SRC) | $(STAMP)

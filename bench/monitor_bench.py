@@ -34,8 +34,8 @@ from hyperpod_debugger.model import (
 )
 from hyperpod_debugger.observations import ClusterNode
 from hyperpod_debugger.rotation import plan_rotation
-from hyperpod_debugger.sim.server import simulated_aws
 from hyperpod_debugger.store_logic import plan_sweep
+from hyperpod_sim.server import simulated_aws
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ARN = "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcd1234efgh"
@@ -164,8 +164,8 @@ def courier_against_a_hanging_slack(messages: int = 10, hang_s: float = 30.0) ->
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # functions/ lives in the repository, not in the installed package
     from functions.monitor import handlers
-    from hyperpod_debugger.sim import moto_patches
-    from hyperpod_debugger.sim.lambda_harness import monitor_harness
+    from hyperpod_sim import moto_patches
+    from hyperpod_sim.lambda_harness import monitor_harness
 
     moto_patches.apply()
     with mock_aws():

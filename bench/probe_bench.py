@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from hyperpod_debugger.probe.base import ProbeContext
 from hyperpod_debugger.probe.registry import evaluate
-from hyperpod_debugger.sim.probe_docs import node_document
+from hyperpod_sim.probe_docs import node_document
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 #: A mix: three quarters healthy, the rest with a spread of faults.

@@ -26,8 +26,8 @@ from hyperpod_debugger.aws.ssm_types import session_target
 from hyperpod_debugger.observations import ClusterNode
 from hyperpod_debugger.probe.delivery import decode_command, probe_command
 from hyperpod_debugger.probe.fleet import probe_fleet
-from hyperpod_debugger.sim.fake_ssm import FakeSsm, NodeReply, marker_aware
-from hyperpod_debugger.sim.probe_docs import node_document, to_json
+from hyperpod_sim.fake_ssm import FakeSsm, NodeReply, marker_aware
+from hyperpod_sim.probe_docs import node_document, to_json
 
 ARN = "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcd1234efgh"
 

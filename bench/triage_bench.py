@@ -20,10 +20,10 @@ import tracemalloc
 from datetime import UTC, datetime, timedelta
 
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.sim import seed
-from hyperpod_debugger.sim.seed import GroupSpec, NodeState
-from hyperpod_debugger.sim.server import simulated_aws
 from hyperpod_debugger.triage import TriageRequest, run_triage
+from hyperpod_sim import seed
+from hyperpod_sim.seed import GroupSpec, NodeState
+from hyperpod_sim.server import simulated_aws
 
 REGION = "us-west-2"
 

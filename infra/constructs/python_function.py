@@ -18,14 +18,13 @@ from constructs import Construct
 from hyperpod_debugger.aws import iam as declared
 from infra.constants import METRICS_NAMESPACE, REPO_ROOT, SERVICE_NAME
 
-# The function asset is the repository root filtered down to functions/ and layers/ (no bundling, no Docker).
+# The function asset is the repository root filtered down to functions/ (no bundling, no Docker); the
+# core comes from the layer, and the simulator (sim/) never reaches AWS.
 CODE_EXCLUDES = [
     "*",
     ".*",
     "!functions",
     "!functions/**",
-    "!layers",
-    "!layers/**",
     "**/.*",
     "**/__pycache__",
     "**/*.pyc",

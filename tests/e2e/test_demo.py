@@ -190,7 +190,7 @@ def test_the_demo_walks_the_monitor_path_through_the_lambda_handlers(demo_output
 
 def test_the_monitor_part_is_skipped_with_a_note_without_the_handlers(monkeypatch):
     """An installed package without the repository's functions/: one line, and no AWS call at all."""
-    from hyperpod_debugger.sim import monitor_demo
+    from hyperpod_sim import monitor_demo
 
     for name in ("functions", "functions.monitor", "functions.monitor.handlers"):
         monkeypatch.setitem(sys.modules, name, None)  # what `import` finds when the package is absent

@@ -180,10 +180,10 @@ def recording_run() -> Recorder:
     """The monitor's path on the simulated account: an event, the notifier, the sweep of both clusters
     with its probe batches, and an HMA log delivery, each through the real handler."""
     from functions.monitor import handlers
-    from hyperpod_debugger.sim import seed
-    from hyperpod_debugger.sim.demo import _simulated_account
-    from hyperpod_debugger.sim.lambda_harness import monitor_harness
-    from hyperpod_debugger.sim.monitor_demo import DEMO_ENV, node_health_event
+    from hyperpod_sim import seed
+    from hyperpod_sim.demo import _simulated_account
+    from hyperpod_sim.lambda_harness import monitor_harness
+    from hyperpod_sim.monitor_demo import DEMO_ENV, node_health_event
     from tests.integration.test_log_subscription import delivery, slurm_detection
 
     mp = pytest.MonkeyPatch()
@@ -228,7 +228,7 @@ def recorded(recording_run) -> dict[str, set[str]]:
 
 
 def test_every_session_the_handlers_opened_used_a_pinned_document_and_sent_no_command(recording_run):
-    from hyperpod_debugger.sim.lambda_harness import SESSION_DOCUMENT_NAMES
+    from hyperpod_sim.lambda_harness import SESSION_DOCUMENT_NAMES
 
     assert recording_run.sessions, "no session was opened: the recording proves nothing"
     assert {document for _, document, _ in recording_run.sessions} <= set(SESSION_DOCUMENT_NAMES.values())

@@ -691,7 +691,7 @@ def test_invalid_start_session_rate_is_rejected(tmp_path_factory):
 
 def test_the_simulators_outbox_is_the_stacks():
     # the local harness builds the outbox with the stack's settings (it cannot import infra/)
-    from hyperpod_debugger.sim import lambda_harness as h
+    from hyperpod_sim import lambda_harness as h
 
     assert (h.OUTBOX_VISIBILITY_S, h.OUTBOX_MAX_RECEIVES, h.OUTBOX_RETENTION_S) == (
         c.OUTBOX_VISIBILITY_S,

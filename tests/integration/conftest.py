@@ -6,7 +6,7 @@ import pytest
 from moto import mock_aws
 
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.sim import moto_patches, scenarios
+from hyperpod_sim import moto_patches, scenarios
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.cli import main
-from hyperpod_debugger.sim import scenarios
-from hyperpod_debugger.sim.server import simulated_aws
+from hyperpod_sim import scenarios
+from hyperpod_sim.server import simulated_aws
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from hyperpod_debugger.sim.fake_ssm import (
+from hyperpod_sim.fake_ssm import (
     DOCUMENT,
     ExitMarker,
     FakeSsm,

@@ -20,8 +20,8 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.sim import scenarios
 from hyperpod_debugger.store_logic import State, plan_sweep
+from hyperpod_sim import scenarios
 
 TABLE = "hyperpod-debugger-findings"
 NODE = "i-0123456789abcdef0"

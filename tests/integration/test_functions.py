@@ -32,17 +32,17 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.sim import scenarios
-from hyperpod_debugger.sim.lambda_harness import (
+from hyperpod_debugger.store_logic import plan_sweep
+from hyperpod_sim import scenarios
+from hyperpod_sim.lambda_harness import (
     LambdaContext,
     SqsEventSource,
     StreamReader,
     create_outbox,
     read_emails,
 )
-from hyperpod_debugger.sim.lambda_harness import lambda_context as new_context
-from hyperpod_debugger.sim.slack_sink import SlackSink
-from hyperpod_debugger.store_logic import plan_sweep
+from hyperpod_sim.lambda_harness import lambda_context as new_context
+from hyperpod_sim.slack_sink import SlackSink
 from tests.unit.test_eventbridge import HEALTH_CAPTURE, STATE_CAPTURE, published
 
 EVENTS = pathlib.Path(__file__).resolve().parents[1] / "events"

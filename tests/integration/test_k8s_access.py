@@ -22,7 +22,7 @@ from hyperpod_debugger.aws.k8s import (
 )
 from hyperpod_debugger.observations import EksCluster
 from hyperpod_debugger.orchestrators import ANNOTATION_FAULT_DETAILS, LABEL_DEEP_HEALTH, LABEL_HEALTH
-from hyperpod_debugger.sim.fake_k8s import FakeKubernetes, demo_objects, make_ca, verify_token
+from hyperpod_sim.fake_k8s import FakeKubernetes, demo_objects, make_ca, verify_token
 from tests.conftest import FIXTURES
 
 CLUSTER = "hp-eks-prod"

@@ -15,10 +15,10 @@ from functions.monitor import adapters, handlers
 from functions.shared import env as env_module
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, create_table
-from hyperpod_debugger.sim import scenarios, seed
-from hyperpod_debugger.sim.lambda_harness import LambdaContext
-from hyperpod_debugger.sim.lambda_harness import lambda_context as new_context
 from hyperpod_debugger.store_logic import State
+from hyperpod_sim import scenarios, seed
+from hyperpod_sim.lambda_harness import LambdaContext
+from hyperpod_sim.lambda_harness import lambda_context as new_context
 
 TABLE = "hyperpod-findings"
 IDEMPOTENCY = "hyperpod-idempotency"

@@ -10,11 +10,11 @@ import pytest
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.model import Tag
 from hyperpod_debugger.probe.runner import ProbeOptions
-from hyperpod_debugger.sim import scenarios
-from hyperpod_debugger.sim.fake_k8s import FakeKubernetes
-from hyperpod_debugger.sim.fake_ssm import FakeSsm, Faults
-from hyperpod_debugger.sim.server import simulated_aws
 from hyperpod_debugger.triage import TriageRequest, run_triage
+from hyperpod_sim import scenarios
+from hyperpod_sim.fake_k8s import FakeKubernetes
+from hyperpod_sim.fake_ssm import FakeSsm, Faults
+from hyperpod_sim.server import simulated_aws
 
 FAST = ProbeOptions(rate=50.0, timeout=5.0)
 

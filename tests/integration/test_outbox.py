@@ -26,9 +26,9 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.sim import scenarios
-from hyperpod_debugger.sim.lambda_harness import SqsClock, monitor_harness
 from hyperpod_debugger.store_logic import plan_sweep
+from hyperpod_sim import scenarios
+from hyperpod_sim.lambda_harness import SqsClock, monitor_harness
 
 ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/lw12e0dn1hhd"
 OTHER = "arn:aws:sagemaker:us-west-2:111122223333:cluster/zz9yy8xx7ww6"

@@ -13,10 +13,10 @@ from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.cli import main
 from hyperpod_debugger.model import Tag
 from hyperpod_debugger.probe.runner import ProbeOptions
-from hyperpod_debugger.sim import scenarios
-from hyperpod_debugger.sim.fake_ssm import FakeSsm, Faults
-from hyperpod_debugger.sim.server import simulated_aws
 from hyperpod_debugger.triage import TriageRequest, run_triage
+from hyperpod_sim import scenarios
+from hyperpod_sim.fake_ssm import FakeSsm, Faults
+from hyperpod_sim.server import simulated_aws
 
 FAST = ProbeOptions(rate=50.0, timeout=5.0)
 
@@ -125,7 +125,7 @@ def test_no_probe_leaves_the_nodes_alone(world):
 def pinned(world):
     """The stack's two pinned Session documents, created in the fake Session Manager."""
     from hyperpod_debugger.aws.ssm_documents import SessionDocuments
-    from hyperpod_debugger.sim.lambda_harness import create_session_documents
+    from hyperpod_sim.lambda_harness import create_session_documents
 
     suffix = uuid.uuid4().hex[:8]  # the fake lives for the module; each test gets its own documents
     names = {"probe": f"HpdProbe-{suffix}", "slurm": f"HpdSlurm-{suffix}"}

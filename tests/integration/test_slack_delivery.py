@@ -12,7 +12,7 @@ import pytest
 from hyperpod_debugger.model import Finding, Priority, Tag
 from hyperpod_debugger.notify import Notice, slack_message
 from hyperpod_debugger.notify.slack import DeliveryError, post_to_webhook, webhook_id
-from hyperpod_debugger.sim.slack_sink import WEBHOOK_PATH, SlackSink
+from hyperpod_sim.slack_sink import WEBHOOK_PATH, SlackSink
 
 PAYLOAD = {"text": "hello", "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "hello"}}]}
 

@@ -21,8 +21,8 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.sim import scenarios
 from hyperpod_debugger.store_logic import State, TransitionKind, iso, plan_sweep
+from hyperpod_sim import scenarios
 
 TABLE = "hyperpod-findings"
 ARN = "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcdef123456"

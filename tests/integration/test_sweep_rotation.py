@@ -21,12 +21,12 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.sim import scenarios
-from hyperpod_debugger.sim.fake_k8s import FakeKubernetes
-from hyperpod_debugger.sim.fake_ssm import FakeSsm
-from hyperpod_debugger.sim.lambda_harness import lambda_context as new_context
-from hyperpod_debugger.sim.server import simulated_aws
 from hyperpod_debugger.store_logic import State, plan_sweep
+from hyperpod_sim import scenarios
+from hyperpod_sim.fake_k8s import FakeKubernetes
+from hyperpod_sim.fake_ssm import FakeSsm
+from hyperpod_sim.lambda_harness import lambda_context as new_context
+from hyperpod_sim.server import simulated_aws
 
 TABLE = "hyperpod-findings-rotation"
 

@@ -10,9 +10,9 @@ import pytest
 
 from hyperpod_debugger.model import CheckStatus, Tag
 from hyperpod_debugger.render import render_json
-from hyperpod_debugger.sim import scenarios, seed
-from hyperpod_debugger.sim.seed import GroupSpec
 from hyperpod_debugger.triage import TriageRequest, run_triage
+from hyperpod_sim import scenarios, seed
+from hyperpod_sim.seed import GroupSpec
 from tests.fakes import inject_error, inject_response
 
 SCHEMA = json.loads((pathlib.Path(__file__).parents[2] / "references" / "triage-report.schema.json").read_text())

@@ -10,8 +10,8 @@ from hyperpod_debugger.checks.slurm import CHECKS, check_controller, check_jobs,
 from hyperpod_debugger.model import Priority, Tag
 from hyperpod_debugger.observations import ApiFailure, NotApplicable, Observed, Unobservable
 from hyperpod_debugger.orchestrators import SlurmController, SlurmObservation
-from hyperpod_debugger.sim.slurm_outputs import controller_reply
 from hyperpod_debugger.slurm import parse_query_output
+from hyperpod_sim.slurm_outputs import controller_reply
 from tests import builders as b
 
 NAMES = ["ip-10-1-57-141", "ip-10-1-69-138", "ip-10-1-73-87", "ip-10-1-80-2", "ip-10-1-80-3"]

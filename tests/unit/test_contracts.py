@@ -53,3 +53,11 @@ def test_every_section_a_check_can_emit_has_a_heading_in_the_runbook():
     headings = set(re.findall(r"^#{2,4} ([A-O](?:\.\d+(?:\.[a-z])?)?) ", (ROOT / "references" / "node-diagnostics-detail.md").read_text(), re.M))
     assert emitted <= set(SECTIONS)
     assert emitted <= headings, emitted - headings
+
+
+def test_the_core_never_imports_the_simulator_moto_or_the_functions():
+    from tests.infrastructure.test_layer import FORBIDDEN, imported_roots
+
+    core = ROOT / "layers" / "hyperpod_debugger"
+    offenders = {str(p.relative_to(core)): sorted(imported_roots(p) & set(FORBIDDEN)) for p in core.rglob("*.py")}
+    assert {k: v for k, v in offenders.items() if v} == {}

@@ -19,7 +19,7 @@ from hyperpod_debugger.notify import (
     slack_message,
 )
 from hyperpod_debugger.notify.render import duration, escape, safe_base_url
-from hyperpod_debugger.sim.slack_sink import block_kit_problems
+from hyperpod_sim.slack_sink import block_kit_problems
 
 BASE = "https://github.com/example/hyperpod-runbook/blob/main"
 WEBHOOK = "https://hooks.slack.com/services/T0SECRET/B0SECRET/xoxbSECRETSECRETSECRET"

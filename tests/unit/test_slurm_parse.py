@@ -7,7 +7,6 @@ import shlex
 
 import pytest
 
-from hyperpod_debugger.sim.slurm_outputs import controller_reply
 from hyperpod_debugger.slurm import (
     QUERY_KEYS,
     controller_up,
@@ -25,6 +24,7 @@ from hyperpod_debugger.slurm import (
     parse_state,
     slurm_query_command,
 )
+from hyperpod_sim.slurm_outputs import controller_reply
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 NAMES = ["ip-10-1-57-141", "ip-10-1-69-138", "ip-10-1-73-87", "ip-10-1-80-2", "ip-10-1-80-3"]

@@ -51,7 +51,7 @@ from typing import Any
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import create_table
-from hyperpod_debugger.sim.slack_sink import SlackSink
+from hyperpod_sim.slack_sink import SlackSink
 
 FINDINGS_TABLE = "hyperpod-debugger-findings"
 IDEMPOTENCY_TABLE = "hyperpod-debugger-idempotency"

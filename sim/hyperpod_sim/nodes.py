@@ -1,5 +1,5 @@
 """Simulated nodes behind the fake SSM service: each answers the probe command with the document
-``probe.sh`` would print on it (see :mod:`hyperpod_debugger.sim.probe_docs`)."""
+``probe.sh`` would print on it (see :mod:`hyperpod_sim.probe_docs`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from datetime import datetime
 from hyperpod_debugger.aws.ssm_types import session_target
 from hyperpod_debugger.probe.catalog import spec_for
 from hyperpod_debugger.probe.delivery import decode_command
-from hyperpod_debugger.sim.fake_ssm import FakeSsm, NodeReply, marker_aware
-from hyperpod_debugger.sim.probe_docs import node_document, to_json
+from hyperpod_sim.fake_ssm import FakeSsm, NodeReply, marker_aware
+from hyperpod_sim.probe_docs import node_document, to_json
 
 
 def add_probe_node(

@@ -12,10 +12,11 @@ from datetime import UTC, datetime
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.model import TriageReport
 from hyperpod_debugger.render import render_text
-from hyperpod_debugger.sim.fake_k8s import FakeKubernetes
-from hyperpod_debugger.sim.fake_ssm import FakeSsm
-from hyperpod_debugger.sim.monitor_demo import DEMO_PROBE, monitor_walkthrough
-from hyperpod_debugger.sim.scenarios import (
+from hyperpod_debugger.triage import TriageRequest, run_triage
+from hyperpod_sim.fake_k8s import FakeKubernetes
+from hyperpod_sim.fake_ssm import FakeSsm
+from hyperpod_sim.monitor_demo import DEMO_PROBE, monitor_walkthrough
+from hyperpod_sim.scenarios import (
     EKS_CLUSTER,
     REGION,
     Demo,
@@ -23,8 +24,7 @@ from hyperpod_debugger.sim.scenarios import (
     register_probe_nodes,
     seed_demo,
 )
-from hyperpod_debugger.sim.server import simulated_aws
-from hyperpod_debugger.triage import TriageRequest, run_triage
+from hyperpod_sim.server import simulated_aws
 
 
 @contextmanager

@@ -50,7 +50,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from hyperpod_debugger.sim.background import serve_in_background, stop_serving
+from hyperpod_sim.background import serve_in_background, stop_serving
 
 __all__ = [
     "RESOURCES",

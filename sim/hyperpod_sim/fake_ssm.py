@@ -59,7 +59,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from hyperpod_debugger.sim.background import serve_in_background, stop_serving
+from hyperpod_sim.background import serve_in_background, stop_serving
 
 __all__ = [
     "DOCUMENT",

@@ -20,7 +20,7 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from hyperpod_debugger.sim.background import serve_in_background, stop_serving
+from hyperpod_sim.background import serve_in_background, stop_serving
 
 WEBHOOK_PATH = "/services/T00000000/B00000000/sinksecretXXXXXXXXXXXXXX"
 

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from moto.server import ThreadedMotoServer
 
-from hyperpod_debugger.sim import moto_patches
+from hyperpod_sim import moto_patches
 
 #: Credentials moto accepts; the simulated account never sees real ones.
 SIM_ENV = {

@@ -31,8 +31,8 @@ from hyperpod_debugger import eventbridge
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.probe.runner import ProbeOptions
-from hyperpod_debugger.sim.lambda_harness import Email, MonitorHarness, monitor_harness
-from hyperpod_debugger.sim.scenarios import REGION, Demo
+from hyperpod_sim.lambda_harness import Email, MonitorHarness, monitor_harness
+from hyperpod_sim.scenarios import REGION, Demo
 
 #: The demo probes at the fake service's pace, not at the 3/s a real account allows.
 DEMO_PROBE = ProbeOptions(rate=20.0, timeout=30.0)

@@ -1,6 +1,6 @@
 """Seed realistic HyperPod clusters into moto: VPC resources through the normal EC2/EKS/Logs
 APIs, and the HyperPod fields moto cannot express through the moto backend (documented in
-:mod:`hyperpod_debugger.sim.moto_patches`).
+:mod:`hyperpod_sim.moto_patches`).
 
 Ids are derived from names with a hash so every demo run prints the same report.
 """
@@ -17,7 +17,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.eks.models import eks_backends
 from moto.sagemaker.models import ClusterNode, sagemaker_backends
 
-from hyperpod_debugger.sim import moto_patches
+from hyperpod_sim import moto_patches
 
 ACCOUNT = DEFAULT_ACCOUNT_ID
 

@@ -15,9 +15,9 @@ from typing import Any
 from moto.eks.models import eks_backends
 
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.sim import seed
-from hyperpod_debugger.sim.seed import GroupSpec, NodeState, SeededCluster
-from hyperpod_debugger.sim.slurm_outputs import controller_reply
+from hyperpod_sim import seed
+from hyperpod_sim.seed import GroupSpec, NodeState, SeededCluster
+from hyperpod_sim.slurm_outputs import controller_reply
 
 REGION = "us-west-2"
 EKS_CLUSTER = "ml-eks-prod"
@@ -305,7 +305,7 @@ SLURM_CONTROLLER_FAULTS = frozenset({"node_down_unexpected_reboot", "drained_kil
 
 def register_probe_nodes(ssm: Any, demo: Demo, now: datetime) -> list[str]:
     """Put the demo's probe-able nodes behind the fake SSM service; returns their session targets."""
-    from hyperpod_debugger.sim.nodes import add_probe_node
+    from hyperpod_sim.nodes import add_probe_node
 
     targets = []
     specs = {EKS_CLUSTER: (demo.eks, "EKS"), SLURM_CLUSTER: (demo.slurm, "Slurm")}
@@ -337,7 +337,7 @@ def register_kubernetes(fake: Any, demo: Demo) -> None:
     """Serve the demo EKS cluster's Kubernetes objects from the fake API server: gpu-workers 3 pending
     reboot, gpu-workers 2 with a failed deep health check, the system node running a crash-looping
     aws-node, gpu-workers 0 and 1 healthy (their faults are on the node itself, found by the probe)."""
-    from hyperpod_debugger.sim.fake_k8s import demo_objects
+    from hyperpod_sim.fake_k8s import demo_objects
 
     workers = demo.eks.nodes["gpu-workers"]
     ordered = {
