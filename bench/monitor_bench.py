@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, create_table
-from hyperpod_debugger.model import (
+from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
     ClusterRef,
@@ -32,9 +32,9 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.observations import ClusterNode
-from hyperpod_debugger.rotation import plan_rotation
-from hyperpod_debugger.store_logic import plan_sweep
+from hyperpod_debugger.domain.observations import ClusterNode
+from hyperpod_debugger.lifecycle.findings import plan_sweep
+from hyperpod_debugger.lifecycle.rotation import plan_rotation
 from hyperpod_sim.server import simulated_aws
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

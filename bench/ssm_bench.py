@@ -23,7 +23,7 @@ from functools import partial
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.ssm_session import run_command
 from hyperpod_debugger.aws.ssm_types import session_target
-from hyperpod_debugger.observations import ClusterNode
+from hyperpod_debugger.domain.observations import ClusterNode
 from hyperpod_debugger.probe.delivery import decode_command, probe_command
 from hyperpod_debugger.probe.fleet import probe_fleet
 from hyperpod_sim.fake_ssm import FakeSsm, NodeReply, marker_aware

@@ -21,7 +21,7 @@ STREAM_NOTIFIER_HANDLER = "functions.monitor.handlers.stream_notifier"
 COURIER_HANDLER = "functions.monitor.handlers.courier"
 LOG_SUBSCRIPTION_HANDLER = "functions.monitor.handlers.log_subscription"
 
-# EventBridge: HyperPod's source, detail-types and the rule patterns live in hyperpod_debugger.eventbridge.
+# EventBridge: HyperPod's source, detail-types and the rule patterns live in hyperpod_debugger.domain.eventbridge.
 
 # Context keys (cdk.json / -c key=value) and their defaults.
 CTX_SCHEDULE = "sweepSchedule"

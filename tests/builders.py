@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hyperpod_debugger.checks.base import CheckContext
-from hyperpod_debugger.observations import (
+from hyperpod_debugger.domain.observations import (
     Cluster,
     ClusterNode,
     ClusterObservation,

@@ -62,9 +62,9 @@ from functions.shared.events import ProbeBatch, parse_hyperpod_event
 from functions.shared.observability import logger, metrics, tracer
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, from_item, plain
+from hyperpod_debugger.lifecycle.findings import Transition, plan_sweep
+from hyperpod_debugger.lifecycle.rotation import node_of
 from hyperpod_debugger.probe.runner import ProbeOptions
-from hyperpod_debugger.rotation import node_of
-from hyperpod_debugger.store_logic import Transition, plan_sweep
 from hyperpod_debugger.triage import (
     ProbeBatchRequest,
     TriageRequest,

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from functions.monitor.logic import ClusterSignal
 from hyperpod_debugger.checks.logs import HMA_PREFIX, parse_hma_message, parse_stream_name
-from hyperpod_debugger.xid import lookup
+from hyperpod_debugger.domain.xid import lookup
 
 LOG_GROUP_PREFIX = "/aws/sagemaker/Clusters/"
 CONTROL_MESSAGE = "CONTROL_MESSAGE"

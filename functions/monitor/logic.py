@@ -20,15 +20,12 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from functions.shared.events import ClusterEvent, ClusterStateChange, NodeHealthEvent
-from hyperpod_debugger import eventbridge, ladder
 from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments
-from hyperpod_debugger.model import TriageReport
-from hyperpod_debugger.notify import Notice, breaker, breaker_email, digest, digest_email, email_text, slack_message
-from hyperpod_debugger.notify.stored import notice_of
-from hyperpod_debugger.observations import ClusterObservation, NodeHealthReport
-from hyperpod_debugger.probe.runner import ProbeOptions
-from hyperpod_debugger.rotation import RotationPlan, describe_node, plan_rotation
-from hyperpod_debugger.store_logic import (
+from hyperpod_debugger.domain import eventbridge
+from hyperpod_debugger.domain.model import TriageReport
+from hyperpod_debugger.domain.observations import ClusterObservation, NodeHealthReport
+from hyperpod_debugger.domain.validate import INSTANCE_ID_RE
+from hyperpod_debugger.lifecycle.findings import (
     NOTIFYING,
     StoredFinding,
     SweepPlan,
@@ -37,8 +34,12 @@ from hyperpod_debugger.store_logic import (
     is_on_node,
     plan_sweep,
 )
+from hyperpod_debugger.lifecycle.rotation import RotationPlan, describe_node, plan_rotation
+from hyperpod_debugger.notify import Notice, breaker, breaker_email, digest, digest_email, email_text, slack_message
+from hyperpod_debugger.notify.stored import notice_of
+from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.remediation import ladder
 from hyperpod_debugger.triage import TriageRequest
-from hyperpod_debugger.validate import INSTANCE_ID_RE
 
 # --------------------------------------------------------------------------- event → triage → store
 

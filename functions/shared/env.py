@@ -12,7 +12,7 @@ from functools import lru_cache
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from hyperpod_debugger.aws.ssm_documents import SessionDocuments
-from hyperpod_debugger.eventbridge import Allowlist
+from hyperpod_debugger.domain.eventbridge import Allowlist
 
 
 class _Env(BaseModel):
@@ -37,7 +37,7 @@ class ClusterAllowlist(BaseModel):
         return value
 
     def allows(self, cluster_name: str, cluster_arn: str) -> bool:
-        """The same rule as the stack's EventBridge patterns (:class:`hyperpod_debugger.eventbridge.Allowlist`)."""
+        """The same rule as the stack's EventBridge patterns (``domain.eventbridge.Allowlist``)."""
         return Allowlist.from_setting(self.CLUSTER_ALLOWLIST).allows(cluster_name, cluster_arn)
 
 

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from hyperpod_debugger import eventbridge
+from hyperpod_debugger.domain import eventbridge
 
 CLUSTER_EVENT = eventbridge.CLUSTER_EVENT
 STATE_CHANGE = eventbridge.STATE_CHANGE

@@ -1,6 +1,6 @@
 """Detection: EventBridge rules on HyperPod's own events feed the event Lambda; a schedule starts the sweep.
 
-Each rule's ``EventPattern`` is :func:`hyperpod_debugger.eventbridge.rule_patterns`, written into the
+Each rule's ``EventPattern`` is :func:`hyperpod_debugger.domain.eventbridge.rule_patterns`, written into the
 template verbatim: the demo and the tests match events against the very same dictionaries.
 
 Nothing is lost silently. An event EventBridge cannot deliver, an invocation that fails after Lambda's
@@ -25,7 +25,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from hyperpod_debugger import eventbridge
+from hyperpod_debugger.domain import eventbridge
 from infra.constants import (
     EVENT_HANDLER,
     EVENT_TARGET_RETRY_ATTEMPTS,

@@ -10,7 +10,7 @@ checks, then probes that cluster's nodes in batches.
 The StartSession budget (context ``startSessionRate``, about 3 calls a second per account) is split
 into workers of about one call a second: ``clusters × batches`` probe Lambdas run at once and each
 gets ``rate / (clusters × batches)``. Batch size and the per-sweep cap follow from that rate so every
-Lambda ends well inside its timeout, and the rotation (``hyperpod_debugger.rotation``) probes every
+Lambda ends well inside its timeout, and the rotation (``hyperpod_debugger.lifecycle.rotation``) probes every
 Running node at least once per ``probePeriodHours`` across successive sweeps.
 """
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from hyperpod_debugger import __version__, ladder
+from hyperpod_debugger import __version__
 from hyperpod_debugger.aws import sagemaker, sts
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.collector import CollectOptions, Collector
@@ -15,7 +15,7 @@ from hyperpod_debugger.checks.base import CheckContext
 from hyperpod_debugger.checks.health_event import CHECK as HEALTH_EVENT_CHECK
 from hyperpod_debugger.checks.health_event import health_event_findings
 from hyperpod_debugger.checks.registry import ACTION_SECTIONS, ALL_CHECKS, run_checks
-from hyperpod_debugger.model import (
+from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
     ClusterRef,
@@ -26,9 +26,10 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.observations import Cluster, ClusterNode, ClusterObservation, NodeHealthReport, Observed
+from hyperpod_debugger.domain.observations import Cluster, ClusterNode, ClusterObservation, NodeHealthReport, Observed
 from hyperpod_debugger.probe.runner import ProbeOptions, probe_cluster, ssm_runner
-from hyperpod_debugger.probe.slurm_query import query_controller
+from hyperpod_debugger.remediation import ladder
+from hyperpod_debugger.slurm.query import query_controller
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.model import TriageReport
-from hyperpod_debugger.render import render_text
+from hyperpod_debugger.domain.model import TriageReport
+from hyperpod_debugger.report.text import render_text
 from hyperpod_debugger.triage import TriageRequest, run_triage
 from hyperpod_sim.fake_k8s import FakeKubernetes
 from hyperpod_sim.fake_ssm import FakeSsm

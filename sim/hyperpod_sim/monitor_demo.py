@@ -27,9 +27,9 @@ from datetime import datetime
 from types import ModuleType
 from typing import Any
 
-from hyperpod_debugger import eventbridge
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore
+from hyperpod_debugger.domain import eventbridge
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_sim.lambda_harness import Email, MonitorHarness, monitor_harness
 from hyperpod_sim.scenarios import REGION, Demo
@@ -205,7 +205,7 @@ def _sweep(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now: datet
 class LocalRules:
     """The stack's three rules on the simulated account's EventBridge (moto), each sending what it
     matches to a queue of its own, so the demo sees which rule fired. The patterns are the very ones
-    the stack deploys (``hyperpod_debugger.eventbridge.rule_patterns``)."""
+    the stack deploys (``hyperpod_debugger.domain.eventbridge.rule_patterns``)."""
 
     clients: AwsClients
     queues: dict[str, str]
@@ -354,7 +354,7 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
     out.append(
         "4. HyperPod publishes two Cluster Events (the shape of AWS's published example); the simulated "
         "EventBridge matches them against the three rules the stack deploys (the same patterns, from "
-        "hyperpod_debugger.eventbridge):"
+        "hyperpod_debugger.domain.eventbridge):"
     )
     for sent in (info, failure):
         matched = rules.publish(sent)

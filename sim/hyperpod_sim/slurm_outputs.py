@@ -1,4 +1,4 @@
-"""Recorded answers of a demo Slurm controller to :func:`hyperpod_debugger.slurm.slurm_query_command`.
+"""Recorded answers of a demo Slurm controller to :func:`hyperpod_debugger.slurm.parse.slurm_query_command`.
 
 The fake Session Manager responder returns :func:`controller_reply` for the controller node. The
 text follows what Slurm 23.11 prints for each section (``scontrol ping``, ``scontrol show config``,
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from hyperpod_debugger.slurm import MARKER, QUERY_KEYS
+from hyperpod_debugger.slurm.parse import MARKER, QUERY_KEYS
 
 FAULTS = frozenset(
     {

@@ -8,7 +8,7 @@ import re
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from hyperpod_debugger import eventbridge
+from hyperpod_debugger.domain import eventbridge
 from infra import constants as c
 from infra.stack import ACKNOWLEDGEMENTS
 from tests.infrastructure.conftest import synth

@@ -8,7 +8,7 @@ import pathlib
 import jsonschema
 import pytest
 
-from hyperpod_debugger.cli import main
+from hyperpod_debugger.cli.main import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "references" / "triage-report.schema.json").read_text())

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.cli import main
+from hyperpod_debugger.cli.main import main
 from hyperpod_sim import scenarios
 from hyperpod_sim.server import simulated_aws
 

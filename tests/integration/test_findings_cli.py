@@ -9,8 +9,8 @@ import pytest
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, create_table
-from hyperpod_debugger.cli import main
-from hyperpod_debugger.model import (
+from hyperpod_debugger.cli.main import main
+from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
     ClusterRef,
@@ -20,7 +20,7 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.store_logic import State, plan_sweep
+from hyperpod_debugger.lifecycle.findings import State, plan_sweep
 from hyperpod_sim import scenarios
 
 TABLE = "hyperpod-debugger-findings"

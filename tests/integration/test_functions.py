@@ -22,7 +22,7 @@ from functions.shared.events import (
 )
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, create_table
-from hyperpod_debugger.model import (
+from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
     ClusterRef,
@@ -32,7 +32,7 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.store_logic import plan_sweep
+from hyperpod_debugger.lifecycle.findings import plan_sweep
 from hyperpod_sim import scenarios
 from hyperpod_sim.lambda_harness import (
     LambdaContext,

@@ -20,8 +20,8 @@ from hyperpod_debugger.aws.k8s import (
     collect_kubernetes,
     eks_token,
 )
-from hyperpod_debugger.observations import EksCluster
-from hyperpod_debugger.orchestrators import ANNOTATION_FAULT_DETAILS, LABEL_DEEP_HEALTH, LABEL_HEALTH
+from hyperpod_debugger.domain.observations import EksCluster
+from hyperpod_debugger.domain.orchestrators import ANNOTATION_FAULT_DETAILS, LABEL_DEEP_HEALTH, LABEL_HEALTH
 from hyperpod_sim.fake_k8s import FakeKubernetes, demo_objects, make_ca, verify_token
 from tests.conftest import FIXTURES
 

@@ -15,7 +15,7 @@ from functions.monitor import adapters, handlers
 from functions.shared import env as env_module
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, create_table
-from hyperpod_debugger.store_logic import State
+from hyperpod_debugger.lifecycle.findings import State
 from hyperpod_sim import scenarios, seed
 from hyperpod_sim.lambda_harness import LambdaContext
 from hyperpod_sim.lambda_harness import lambda_context as new_context

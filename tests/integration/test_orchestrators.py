@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.model import Tag
+from hyperpod_debugger.domain.model import Tag
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.triage import TriageRequest, run_triage
 from hyperpod_sim import scenarios

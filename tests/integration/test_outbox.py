@@ -16,7 +16,7 @@ from slack_sdk.models.blocks import Block
 
 from functions.monitor import adapters, handlers, logic
 from hyperpod_debugger.aws.store import FindingStore
-from hyperpod_debugger.model import (
+from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
     ClusterRef,
@@ -26,7 +26,7 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.store_logic import plan_sweep
+from hyperpod_debugger.lifecycle.findings import plan_sweep
 from hyperpod_sim import scenarios
 from hyperpod_sim.lambda_harness import SqsClock, monitor_harness
 

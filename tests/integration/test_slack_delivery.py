@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hyperpod_debugger.model import Finding, Priority, Tag
+from hyperpod_debugger.domain.model import Finding, Priority, Tag
 from hyperpod_debugger.notify import Notice, slack_message
 from hyperpod_debugger.notify.slack import DeliveryError, post_to_webhook, webhook_id
 from hyperpod_sim.slack_sink import WEBHOOK_PATH, SlackSink

@@ -11,7 +11,7 @@ from moto.dynamodb.models import DynamoDBBackend
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError
 from hyperpod_debugger.aws.store import FindingStore, create_table, to_item, typed
-from hyperpod_debugger.model import (
+from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
     ClusterRef,
@@ -21,7 +21,7 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.store_logic import State, TransitionKind, iso, plan_sweep
+from hyperpod_debugger.lifecycle.findings import State, TransitionKind, iso, plan_sweep
 from hyperpod_sim import scenarios
 
 TABLE = "hyperpod-findings"

@@ -11,7 +11,7 @@ from functions.monitor import handlers
 from functions.shared import env as env_module
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, create_table
-from hyperpod_debugger.model import (
+from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
     ClusterRef,
@@ -21,7 +21,7 @@ from hyperpod_debugger.model import (
     Tag,
     TriageReport,
 )
-from hyperpod_debugger.store_logic import State, plan_sweep
+from hyperpod_debugger.lifecycle.findings import State, plan_sweep
 from hyperpod_sim import scenarios
 from hyperpod_sim.fake_k8s import FakeKubernetes
 from hyperpod_sim.fake_ssm import FakeSsm

@@ -8,8 +8,8 @@ import pathlib
 import jsonschema
 import pytest
 
-from hyperpod_debugger.model import CheckStatus, Tag
-from hyperpod_debugger.render import render_json
+from hyperpod_debugger.domain.model import CheckStatus, Tag
+from hyperpod_debugger.report.text import render_json
 from hyperpod_debugger.triage import TriageRequest, run_triage
 from hyperpod_sim import scenarios, seed
 from hyperpod_sim.seed import GroupSpec

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from hyperpod_debugger.sections import SECTIONS, anchor
+from hyperpod_debugger.domain.sections import SECTIONS, anchor
 from tests.markdown import github_slug, scan
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from hyperpod_debugger.checks import cluster as checks
-from hyperpod_debugger.model import Priority, Tag
+from hyperpod_debugger.domain.model import Priority, Tag
 from tests import builders as b
 
 

@@ -8,8 +8,8 @@ import shlex
 import pytest
 
 from hyperpod_debugger.checks.eks import CHECKS, check_prerequisites
-from hyperpod_debugger.model import Finding, Priority, Tag
-from hyperpod_debugger.observations import (
+from hyperpod_debugger.domain.model import Finding, Priority, Tag
+from hyperpod_debugger.domain.observations import (
     ApiFailure,
     NotApplicable,
     Observed,

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 
 from hyperpod_debugger.checks.events import check_events
-from hyperpod_debugger.model import Priority, Tag
-from hyperpod_debugger.observations import ClusterEvent, EventWindow, NotApplicable, Observed
+from hyperpod_debugger.domain.model import Priority, Tag
+from hyperpod_debugger.domain.observations import ClusterEvent, EventWindow, NotApplicable, Observed
 from tests import builders as b
 
 CAPACITY = "We currently do not have sufficient capacity to launch new ml.g5.8xlarge instances. Please try again."

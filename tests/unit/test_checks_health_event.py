@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from hyperpod_debugger.checks.health_event import CHECK, health_event_findings
-from hyperpod_debugger.model import Priority, Tag
-from hyperpod_debugger.observations import NodeHealthReport
+from hyperpod_debugger.domain.model import Priority, Tag
+from hyperpod_debugger.domain.observations import NodeHealthReport
 from tests import builders as b
 
 NODE = "i-0fdc8ceb3bfecc215"

@@ -24,9 +24,9 @@ from hyperpod_debugger.checks.kubernetes import (
     check_system_pods,
     pending_recovery,
 )
-from hyperpod_debugger.model import Priority, Tag
-from hyperpod_debugger.observations import ApiFailure, NotApplicable, Observed, Unobservable
-from hyperpod_debugger.orchestrators import (
+from hyperpod_debugger.domain.model import Priority, Tag
+from hyperpod_debugger.domain.observations import ApiFailure, NotApplicable, Observed, Unobservable
+from hyperpod_debugger.domain.orchestrators import (
     ANNOTATION_FAULT_DETAILS,
     LABEL_DEEP_HEALTH,
     LABEL_FAULT_REASONS,

@@ -20,8 +20,8 @@ from hyperpod_debugger.checks.logs import (
     parse_hma_message,
     parse_stream_name,
 )
-from hyperpod_debugger.model import Finding, Priority, Tag
-from hyperpod_debugger.observations import (
+from hyperpod_debugger.domain.model import Finding, Priority, Tag
+from hyperpod_debugger.domain.observations import (
     ApiFailure,
     ClusterObservation,
     LogEvent,

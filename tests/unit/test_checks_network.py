@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from hyperpod_debugger.checks.network import CHECKS, check_efa_sg
-from hyperpod_debugger.model import Finding, Priority, Tag
-from hyperpod_debugger.observations import (
+from hyperpod_debugger.domain.model import Finding, Priority, Tag
+from hyperpod_debugger.domain.observations import (
     ApiFailure,
     NotApplicable,
     Observed,

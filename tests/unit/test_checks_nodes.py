@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hyperpod_debugger.checks.nodes import check_focus_node, check_node_status
-from hyperpod_debugger.model import Priority, Tag
-from hyperpod_debugger.observations import ApiFailure, NotApplicable, Observed
+from hyperpod_debugger.domain.model import Priority, Tag
+from hyperpod_debugger.domain.observations import ApiFailure, NotApplicable, Observed
 from tests import builders as b
 
 

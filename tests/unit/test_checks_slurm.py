@@ -7,10 +7,10 @@ import shlex
 import pytest
 
 from hyperpod_debugger.checks.slurm import CHECKS, check_controller, check_jobs, check_nodes
-from hyperpod_debugger.model import Priority, Tag
-from hyperpod_debugger.observations import ApiFailure, NotApplicable, Observed, Unobservable
-from hyperpod_debugger.orchestrators import SlurmController, SlurmObservation
-from hyperpod_debugger.slurm import parse_query_output
+from hyperpod_debugger.domain.model import Priority, Tag
+from hyperpod_debugger.domain.observations import ApiFailure, NotApplicable, Observed, Unobservable
+from hyperpod_debugger.domain.orchestrators import SlurmController, SlurmObservation
+from hyperpod_debugger.slurm.parse import parse_query_output
 from hyperpod_sim.slurm_outputs import controller_reply
 from tests import builders as b
 

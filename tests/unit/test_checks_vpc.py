@@ -17,8 +17,8 @@ from hyperpod_debugger.checks.vpc import (
     check_routing,
     check_subnet_ips,
 )
-from hyperpod_debugger.model import Finding, Priority, Tag
-from hyperpod_debugger.observations import (
+from hyperpod_debugger.domain.model import Finding, Priority, Tag
+from hyperpod_debugger.domain.observations import (
     ApiFailure,
     NotApplicable,
     Observed,

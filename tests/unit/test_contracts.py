@@ -7,7 +7,7 @@ import pathlib
 import re
 
 from hyperpod_debugger.aws.iam import READ_ONLY_ACTIONS, policy_json
-from hyperpod_debugger.model import TriageReport
+from hyperpod_debugger.domain.model import TriageReport
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 AWS_DIR = ROOT / "layers" / "hyperpod_debugger" / "aws"
@@ -44,7 +44,7 @@ def test_readme_shows_the_generated_policy():
 def test_every_section_a_check_can_emit_has_a_heading_in_the_runbook():
     from hyperpod_debugger.checks import classify
     from hyperpod_debugger.checks.registry import ACTION_SECTIONS, ALL_CHECKS
-    from hyperpod_debugger.sections import SECTIONS
+    from hyperpod_debugger.domain.sections import SECTIONS
 
     source = "\n".join(p.read_text() for p in (ROOT / "layers" / "hyperpod_debugger").rglob("*.py"))
     emitted = set(re.findall(r'section\s*=\s*"([A-O](?:\.\d+(?:\.[a-z])?)?)"', source))

@@ -16,8 +16,8 @@ import pathlib
 import pytest
 from moto.events.models import EventPattern
 
-from hyperpod_debugger import eventbridge as eb
 from hyperpod_debugger.checks.classify import classify
+from hyperpod_debugger.domain import eventbridge as eb
 
 PUBLISHED = pathlib.Path(__file__).resolve().parents[1] / "events" / "published"
 

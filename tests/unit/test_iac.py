@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hyperpod_debugger.iac import detect_owner, drift_note
+from hyperpod_debugger.remediation.iac import detect_owner, drift_note
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from hyperpod_debugger.model import ClusterRef, Finding, Priority, RunError, SuggestedCommand, Tag, TriageReport
-from hyperpod_debugger.render import finding_line, render_json, render_text
+from hyperpod_debugger.domain.model import ClusterRef, Finding, Priority, RunError, SuggestedCommand, Tag, TriageReport
+from hyperpod_debugger.report.text import finding_line, render_json, render_text
 from tests.builders import NOW
 
 

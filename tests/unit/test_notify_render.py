@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.notify import (
     Notice,
     breaker,
@@ -18,7 +18,7 @@ from hyperpod_debugger.notify import (
     email_text,
     slack_message,
 )
-from hyperpod_debugger.notify.render import duration, escape, safe_base_url
+from hyperpod_debugger.notify.messages import duration, escape, safe_base_url
 from hyperpod_sim.slack_sink import block_kit_problems
 
 BASE = "https://github.com/example/hyperpod-runbook/blob/main"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from hyperpod_debugger.lifecycle.findings import TransitionKind
 from hyperpod_debugger.notify.stored import cluster_label, notice_of, region_of
-from hyperpod_debugger.store_logic import TransitionKind
 
 
 def test_cluster_label_is_the_id_of_an_arn_and_anything_else_unchanged():

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from functions.monitor import logic
-from hyperpod_debugger.store_logic import State, StoredFinding, TransitionKind
+from hyperpod_debugger.lifecycle.findings import State, StoredFinding, TransitionKind
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/lw12e0dn1hhd"

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hyperpod_debugger.model import Priority, Tag
-from hyperpod_debugger.observations import NotApplicable
+from hyperpod_debugger.domain.model import Priority, Tag
+from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 from hyperpod_debugger.probe.efa import CHECK_EFA, CHECKS, check_efa, parse_devices, parse_fi_info

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hyperpod_debugger.aws.ssm_types import CommandResult, SessionError, TargetError, session_target
-from hyperpod_debugger.model import Tag
+from hyperpod_debugger.domain.model import Tag
 from hyperpod_debugger.probe import delivery
 from hyperpod_debugger.probe.fleet import TokenBucket, order_nodes, outcome_findings, probe_fleet
 from tests import builders as b

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from hyperpod_debugger.model import Finding, Priority, Tag
-from hyperpod_debugger.observations import NotApplicable, Unobservable
-from hyperpod_debugger.probe import gpu, nvsmi
+from hyperpod_debugger.domain.model import Finding, Priority, Tag
+from hyperpod_debugger.domain.observations import NotApplicable, Unobservable
+from hyperpod_debugger.probe import gpu
 from hyperpod_debugger.probe.base import ProbeContext
 from hyperpod_debugger.probe.document import TRUNCATION_MARKER, ProbeDocument, ProbeItem
+from hyperpod_debugger.probe.parse import nvsmi
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "gpu"
 

@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hyperpod_debugger.model import Finding, Priority, Tag
-from hyperpod_debugger.observations import NotApplicable, Unobservable
+from hyperpod_debugger.domain.model import Finding, Priority, Tag
+from hyperpod_debugger.domain.observations import NotApplicable, Unobservable
+from hyperpod_debugger.domain.sections import is_section
 from hyperpod_debugger.probe.base import ProbeContext
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 from hyperpod_debugger.probe.kernel import (
@@ -21,8 +22,7 @@ from hyperpod_debugger.probe.kernel import (
     check_xid,
     oom_kills,
 )
-from hyperpod_debugger.probe.klog import parse_log
-from hyperpod_debugger.sections import is_section
+from hyperpod_debugger.probe.parse.klog import parse_log
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "kernel"
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from hyperpod_debugger.probe.document import TRUNCATION_MARKER, ProbeDocument, ProbeItem
-from hyperpod_debugger.probe.klog import (
+from hyperpod_debugger.probe.parse.klog import (
     PREVIOUS_BOOT,
     THIS_BOOT,
     kernel_log,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hyperpod_debugger.model import Priority, Tag
-from hyperpod_debugger.observations import NotApplicable, Unobservable
+from hyperpod_debugger.domain.model import Priority, Tag
+from hyperpod_debugger.domain.observations import NotApplicable, Unobservable
 from hyperpod_debugger.probe.base import ProbeContext
 from hyperpod_debugger.probe.document import TRUNCATION_MARKER, ProbeDocument, ProbeItem
 from hyperpod_debugger.probe.neuron import (

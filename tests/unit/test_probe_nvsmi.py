@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hyperpod_debugger.probe import nvsmi
 from hyperpod_debugger.probe.document import TRUNCATION_MARKER
+from hyperpod_debugger.probe.parse import nvsmi
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "gpu"
 

@@ -7,9 +7,9 @@ import pathlib
 
 import pytest
 
-from hyperpod_debugger.observations import NotApplicable
+from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
-from hyperpod_debugger.probe.sysparse import (
+from hyperpod_debugger.probe.parse.sysparse import (
     PROBE_UNITS,
     cached,
     parse_chronyc_tracking,

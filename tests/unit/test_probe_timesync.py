@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hyperpod_debugger.model import Priority, Tag
-from hyperpod_debugger.observations import NotApplicable, Unobservable
+from hyperpod_debugger.domain.model import Priority, Tag
+from hyperpod_debugger.domain.observations import NotApplicable, Unobservable
 from hyperpod_debugger.probe import timesync
 from hyperpod_debugger.probe.base import ProbeContext
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem

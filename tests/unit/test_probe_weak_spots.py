@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from hyperpod_debugger.model import Tag
+from hyperpod_debugger.domain.model import Tag
 from hyperpod_debugger.probe.base import ProbeContext
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 from hyperpod_debugger.probe.registry import evaluate

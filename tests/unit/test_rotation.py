@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hyperpod_debugger.observations import ClusterNode
-from hyperpod_debugger.rotation import chunk, describe_node, node_of, plan_rotation
+from hyperpod_debugger.domain.observations import ClusterNode
+from hyperpod_debugger.lifecycle.rotation import chunk, describe_node, node_of, plan_rotation
 
 T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
 INTERVAL = timedelta(minutes=15)

@@ -1,7 +1,7 @@
 """The runbook ``references/node-diagnostics-detail.md`` keeps its contract with the code.
 
 Findings and alerts link to ``references/node-diagnostics-detail.md#<anchor>``, where the anchor
-comes from :func:`hyperpod_debugger.sections.anchor`. These tests read the markdown and check
+comes from :func:`hyperpod_debugger.domain.sections.anchor`. These tests read the markdown and check
 that every section id has its heading at the right level with the right title, that the anchors
 agree with an independent slug function, that the table of contents and every in-page link
 resolve, and that state-changing commands only ever appear inside a
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from hyperpod_debugger.sections import RUNBOOK_PATH, SECTIONS, anchor
+from hyperpod_debugger.domain.sections import RUNBOOK_PATH, SECTIONS, anchor
 from tests.markdown import Fence, Heading, github_slug, scan
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from hyperpod_debugger.slurm import (
+from hyperpod_debugger.slurm.parse import (
     QUERY_KEYS,
     controller_up,
     expand_hostlist,

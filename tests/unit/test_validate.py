@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from hyperpod_debugger import validate
+from hyperpod_debugger.domain import validate
 
 
 @pytest.mark.parametrize("region", ["us-west-2", "us-gov-west-1", "ap-southeast-1", "eu-isoe-west-1", "cn-north-1"])

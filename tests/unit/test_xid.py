@@ -8,7 +8,7 @@ from typing import get_args
 
 import pytest
 
-from hyperpod_debugger.xid import XID_TABLE, XidAction, XidClass, XidInfo, lookup, parse_xid_codes
+from hyperpod_debugger.domain.xid import XID_TABLE, XidAction, XidClass, XidInfo, lookup, parse_xid_codes
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "hyperpod"
 

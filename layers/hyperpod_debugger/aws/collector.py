@@ -15,7 +15,7 @@ from typing import TypeVar
 from hyperpod_debugger.aws import ec2, eks, k8s, logs, quotas, sagemaker
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError
-from hyperpod_debugger.observations import (
+from hyperpod_debugger.domain.observations import (
     ApiFailure,
     Cluster,
     ClusterEvent,
@@ -27,7 +27,7 @@ from hyperpod_debugger.observations import (
     NetworkObservation,
     Observed,
 )
-from hyperpod_debugger.orchestrators import KubernetesObservation
+from hyperpod_debugger.domain.orchestrators import KubernetesObservation
 
 T = TypeVar("T")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, call
-from hyperpod_debugger.observations import ApiFailure, EksCluster
+from hyperpod_debugger.domain.observations import ApiFailure, EksCluster
 
 
 def parse_eks_arn(arn: str) -> tuple[str, str]:

@@ -21,7 +21,7 @@ from botocore.exceptions import (
 )
 from botocore.parsers import ResponseParserError
 
-from hyperpod_debugger.observations import ApiFailure
+from hyperpod_debugger.domain.observations import ApiFailure
 
 DENIED_CODES = frozenset(
     {

@@ -7,8 +7,8 @@ cluster. Authentication is the standard EKS bearer token (:func:`eks_token`): a 
 
 :class:`KubeReader` can only send GET requests: the class has no other method. Every failure becomes
 an :class:`~hyperpod_debugger.aws.errors.ApiCallError` carrying an
-:class:`~hyperpod_debugger.observations.ApiFailure`, and :func:`collect_kubernetes` wraps each list in
-its own :class:`~hyperpod_debugger.observations.Observed`, so one denied list does not hide the others.
+:class:`~hyperpod_debugger.domain.observations.ApiFailure`, and :func:`collect_kubernetes` wraps each list in
+its own :class:`~hyperpod_debugger.domain.observations.Observed`, so one denied list does not hide the others.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from urllib3.exceptions import (
 )
 
 from hyperpod_debugger.aws.errors import ApiCallError
-from hyperpod_debugger.observations import ApiFailure, EksCluster, Observed
-from hyperpod_debugger.orchestrators import (
+from hyperpod_debugger.domain.observations import ApiFailure, EksCluster, Observed
+from hyperpod_debugger.domain.orchestrators import (
     K8sContainerStatus,
     K8sDaemonSet,
     K8sEvent,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, call
 from hyperpod_debugger.aws.paginate import pages
-from hyperpod_debugger.observations import LogEvent
+from hyperpod_debugger.domain.observations import LogEvent
 
 SERVICE = "logs"
 LIFECYCLE_PREFIX = "LifecycleConfig/"

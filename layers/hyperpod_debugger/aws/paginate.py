@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from hyperpod_debugger.aws.errors import ApiCallError, call
-from hyperpod_debugger.observations import ApiFailure
+from hyperpod_debugger.domain.observations import ApiFailure
 
 #: Safety net only; real listings end long before it (20,000 nodes = 200 pages).
 MAX_PAGES = 10_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, call
-from hyperpod_debugger.observations import ApiFailure
+from hyperpod_debugger.domain.observations import ApiFailure
 
 #: "Network interfaces per Region" (EC2/VPC).
 ENI_QUOTA = ("ec2", "L-DF5E4CA3")

@@ -9,7 +9,7 @@ from typing import Any
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, call
 from hyperpod_debugger.aws.paginate import collect_all, pages
-from hyperpod_debugger.observations import (
+from hyperpod_debugger.domain.observations import (
     ApiFailure,
     Cluster,
     ClusterEvent,

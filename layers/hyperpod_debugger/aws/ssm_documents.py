@@ -43,7 +43,7 @@ def command_of(kind: str) -> str:
 
         return probe_command()
     if kind == "slurm":
-        from hyperpod_debugger.slurm import slurm_query_command
+        from hyperpod_debugger.slurm.parse import slurm_query_command
 
         return slurm_query_command()
     raise ValueError(f"no pinned session document of kind {kind!r} (known: {', '.join(KINDS)})")

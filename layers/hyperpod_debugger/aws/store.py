@@ -32,8 +32,8 @@ from botocore.exceptions import ClientError
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, call, error_code
-from hyperpod_debugger.model import Priority, Tag
-from hyperpod_debugger.store_logic import (
+from hyperpod_debugger.domain.model import Priority, Tag
+from hyperpod_debugger.lifecycle.findings import (
     PlannedChange,
     State,
     StoredFinding,

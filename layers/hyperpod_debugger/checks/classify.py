@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hyperpod_debugger.model import Priority
+from hyperpod_debugger.domain.model import Priority
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ipaddress
 
 from hyperpod_debugger.checks.base import Check, CheckContext, finding
-from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.observations import (
+from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.observations import (
     ClusterObservation,
     EksCluster,
     NotApplicable,
@@ -14,7 +14,7 @@ from hyperpod_debugger.observations import (
     SgRule,
     Subnet,
 )
-from hyperpod_debugger.suggest import aws_argv, json_arg, mutating, read_only
+from hyperpod_debugger.remediation.suggest import aws_argv, json_arg, mutating, read_only
 
 CHECK_PREREQUISITES = "eks.prerequisites"
 

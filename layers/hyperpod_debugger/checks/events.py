@@ -15,9 +15,9 @@ from textwrap import shorten
 
 from hyperpod_debugger.checks.base import Check, CheckContext, finding, trim_evidence
 from hyperpod_debugger.checks.classify import classify
-from hyperpod_debugger.model import Finding, Priority, Tag
-from hyperpod_debugger.observations import ClusterEvent, ClusterObservation
-from hyperpod_debugger.suggest import read_only
+from hyperpod_debugger.domain.model import Finding, Priority, Tag
+from hyperpod_debugger.domain.observations import ClusterEvent, ClusterObservation
+from hyperpod_debugger.remediation.suggest import read_only
 
 _IDS = re.compile(r"\bi-[0-9a-f]{8,17}\b|\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 

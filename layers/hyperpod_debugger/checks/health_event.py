@@ -12,8 +12,8 @@ from __future__ import annotations
 from textwrap import shorten
 
 from hyperpod_debugger.checks.base import finding
-from hyperpod_debugger.model import Finding, NodeAction, Priority, Tag
-from hyperpod_debugger.observations import ClusterObservation, NodeHealthReport
+from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, Tag
+from hyperpod_debugger.domain.observations import ClusterObservation, NodeHealthReport
 
 CHECK = "events.node_health"
 

@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from hyperpod_debugger.checks.base import Check, CheckContext, finding, trim_evidence
-from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.observations import ClusterObservation, NotApplicable
-from hyperpod_debugger.orchestrators import (
+from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.observations import ClusterObservation, NotApplicable
+from hyperpod_debugger.domain.orchestrators import (
     ANNOTATION_FAULT_DETAILS,
     LABEL_DEEP_HEALTH,
     LABEL_FAULT_REASONS,
@@ -30,7 +30,7 @@ from hyperpod_debugger.orchestrators import (
     K8sPod,
     KubernetesObservation,
 )
-from hyperpod_debugger.suggest import mutating, read_only
+from hyperpod_debugger.remediation.suggest import mutating, read_only
 
 CHECK_NODE_HEALTH = "k8s.node_health"
 CHECK_DEEP_HEALTH = "k8s.deep_health"

@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from hyperpod_debugger.checks import commands as commands_
 from hyperpod_debugger.checks.base import Check, CheckContext, finding, trim_evidence
-from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.observations import ClusterObservation, LogEvent
-from hyperpod_debugger.suggest import aws_argv, read_only
-from hyperpod_debugger.xid import XidInfo, lookup, parse_xid_codes
+from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.observations import ClusterObservation, LogEvent
+from hyperpod_debugger.domain.xid import XidInfo, lookup, parse_xid_codes
+from hyperpod_debugger.remediation import commands as commands_
+from hyperpod_debugger.remediation.suggest import aws_argv, read_only
 
 CHECK_LOG_GROUP = "logs.log_group"
 CHECK_LIFECYCLE = "logs.lifecycle"

@@ -12,14 +12,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hyperpod_debugger.checks.base import Check, CheckContext, finding, trim_evidence
-from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.observations import (
+from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.observations import (
     ClusterObservation,
     NotApplicable,
     SecurityGroup,
     SgRule,
 )
-from hyperpod_debugger.suggest import aws_argv, json_arg, mutating, read_only
+from hyperpod_debugger.remediation.suggest import aws_argv, json_arg, mutating, read_only
 
 CHECK_EFA_SG = "network.efa_sg"
 SECTION = "A"

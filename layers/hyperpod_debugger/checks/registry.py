@@ -25,8 +25,8 @@ from hyperpod_debugger.checks import (
     vpc,
 )
 from hyperpod_debugger.checks.base import Check, CheckContext
-from hyperpod_debugger.model import CheckCoverage, CheckStatus, Finding, Priority, Tag
-from hyperpod_debugger.observations import ClusterObservation, NotApplicable, Unobservable
+from hyperpod_debugger.domain.model import CheckCoverage, CheckStatus, Finding, Priority, Tag
+from hyperpod_debugger.domain.observations import ClusterObservation, NotApplicable, Unobservable
 
 LOG = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The Slurm controller's own view (§ H): is the controller answering, which nodes does it hold
 out of service and why, and which jobs are stuck finishing.
 
-Pure: they read what the controller printed for :func:`hyperpod_debugger.slurm.slurm_query_command`
+Pure: they read what the controller printed for :func:`hyperpod_debugger.slurm.parse.slurm_query_command`
 (``obs.slurm``). The controller is only believed healthy when ``scontrol ping`` answered UP: a
 node guessed from its instance-group name proves nothing by itself. Node names come from the
 controller and may be anything; every command built from them goes through the argv quoting.
@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from hyperpod_debugger.aws.ssm_types import TargetError, session_target
 from hyperpod_debugger.checks.base import Check, CheckContext, finding, trim_evidence
-from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.observations import ClusterObservation, NotApplicable
-from hyperpod_debugger.orchestrators import SlurmObservation
-from hyperpod_debugger.slurm import (
+from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.observations import ClusterObservation, NotApplicable
+from hyperpod_debugger.domain.orchestrators import SlurmObservation
+from hyperpod_debugger.remediation.suggest import mutating, read_only
+from hyperpod_debugger.slurm.parse import (
     CONTROLLER_SERVICES,
     NodeState,
     controller_up,
@@ -27,7 +28,6 @@ from hyperpod_debugger.slurm import (
     parse_sinfo,
     parse_squeue,
 )
-from hyperpod_debugger.suggest import mutating, read_only
 
 SECTION = "H"
 #: A job COMPLETING or CONFIGURING longer than this is stuck.

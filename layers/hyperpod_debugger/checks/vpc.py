@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from hyperpod_debugger.checks.base import Check, CheckContext, finding, trim_evidence
-from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.observations import (
+from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.observations import (
     ClusterObservation,
     NotApplicable,
     Route,
@@ -15,7 +15,7 @@ from hyperpod_debugger.observations import (
     VpcConfig,
     VpcEndpoint,
 )
-from hyperpod_debugger.suggest import aws_argv, json_arg, mutating, read_only
+from hyperpod_debugger.remediation.suggest import aws_argv, json_arg, mutating, read_only
 
 CHECK_ALIGNMENT = "vpc.alignment"
 CHECK_SUBNET_IPS = "vpc.subnet_ips"

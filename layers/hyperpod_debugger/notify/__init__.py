@@ -6,7 +6,7 @@ never logs one.
 
 from __future__ import annotations
 
-from hyperpod_debugger.notify.render import (
+from hyperpod_debugger.notify.messages import (
     Notice,
     Transition,
     breaker,

@@ -3,10 +3,10 @@ notifier Lambda and the demo, so both show exactly the same messages."""
 
 from __future__ import annotations
 
-from hyperpod_debugger.model import Finding, SuggestedCommand
-from hyperpod_debugger.notify.render import Notice
-from hyperpod_debugger.store_logic import NOTIFYING, StoredFinding, TransitionKind, parse_iso
-from hyperpod_debugger.validate import region_of_arn
+from hyperpod_debugger.domain.model import Finding, SuggestedCommand
+from hyperpod_debugger.domain.validate import region_of_arn
+from hyperpod_debugger.lifecycle.findings import NOTIFYING, StoredFinding, TransitionKind, parse_iso
+from hyperpod_debugger.notify.messages import Notice
 
 
 def cluster_label(cluster_arn: str, cluster_name: str | None = None) -> str:

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from hyperpod_debugger.checks.base import make_finding
-from hyperpod_debugger.model import Finding, Tag
-from hyperpod_debugger.observations import ApiFailure, NotApplicable, Unobservable
+from hyperpod_debugger.domain.model import Finding, Tag
+from hyperpod_debugger.domain.observations import ApiFailure, NotApplicable, Unobservable
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 
 Orchestrator = Literal["EKS", "Slurm"]

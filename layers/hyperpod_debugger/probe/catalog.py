@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hyperpod_debugger.aws_types import ec2_type
+from hyperpod_debugger.domain.aws_types import ec2_type
 
 
 @dataclass(frozen=True, slots=True)

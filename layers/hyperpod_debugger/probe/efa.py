@@ -20,12 +20,12 @@ import re
 from dataclasses import dataclass
 
 from hyperpod_debugger.checks.base import Check, trim_evidence
-from hyperpod_debugger.model import Finding, Priority, Tag
-from hyperpod_debugger.observations import NotApplicable
+from hyperpod_debugger.domain.model import Finding, Priority, Tag
+from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
 from hyperpod_debugger.probe.catalog import spec_for
 from hyperpod_debugger.probe.document import TRUNCATION_MARKER, ProbeDocument, ProbeItem
-from hyperpod_debugger.suggest import read_only
+from hyperpod_debugger.remediation.suggest import read_only
 
 CHECK_EFA = "probe.efa"
 ON_NODE = "on the node (SSM session, § K)"

@@ -14,11 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from hyperpod_debugger.aws.ssm_types import CommandResult, Outcome, SessionError
-from hyperpod_debugger.model import Finding, Priority, Tag
-from hyperpod_debugger.observations import ClusterNode
+from hyperpod_debugger.domain.model import Finding, Priority, Tag
+from hyperpod_debugger.domain.observations import ClusterNode
 from hyperpod_debugger.probe import document
 from hyperpod_debugger.probe.catalog import spec_for
-from hyperpod_debugger.suggest import read_only
+from hyperpod_debugger.remediation.suggest import read_only
 
 #: StartSession calls per second per account that SSM allows (about 3).
 DEFAULT_RATE = 3.0

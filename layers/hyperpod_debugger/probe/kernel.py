@@ -1,7 +1,7 @@
 """Kernel-log evaluators: NVIDIA Xid (§ G.1), kernel faults (§ N) and OOM kills (§ I.3).
 
 All three read the ``kernel_log`` item (this boot) and ``kernel_log_previous_boot`` through
-:func:`hyperpod_debugger.probe.klog.recent`, so only lines inside ``ctx.window`` count, and a
+:func:`hyperpod_debugger.probe.parse.klog.recent`, so only lines inside ``ctx.window`` count, and a
 line of unknown time counts only when its boot lies inside the window (the evidence says so).
 Old lines are history, not alerts: a node that logged Xid 79 last month and was repaired is not
 reported again (the sticky-counter trap).
@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from hyperpod_debugger.checks.base import Check, trim_evidence
-from hyperpod_debugger.model import Finding, NodeAction, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.xid import XidInfo, lookup, parse_xid_codes
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
 from hyperpod_debugger.probe.document import ProbeDocument
-from hyperpod_debugger.probe.klog import (
+from hyperpod_debugger.probe.parse.klog import (
     PREVIOUS_BOOT,
     THIS_BOOT,
     KernelLine,
@@ -32,8 +33,7 @@ from hyperpod_debugger.probe.klog import (
     stamp,
     window_label,
 )
-from hyperpod_debugger.suggest import read_only
-from hyperpod_debugger.xid import XidInfo, lookup, parse_xid_codes
+from hyperpod_debugger.remediation.suggest import read_only
 
 CHECK_XID = "probe.xid"
 CHECK_FAULTS = "probe.kernel_faults"

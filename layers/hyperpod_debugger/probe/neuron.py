@@ -15,13 +15,13 @@ import re
 from dataclasses import dataclass
 
 from hyperpod_debugger.checks.base import Check, trim_evidence
-from hyperpod_debugger.model import Finding, NodeAction, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.observations import NotApplicable
+from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
 from hyperpod_debugger.probe.catalog import InstanceSpec, spec_for
 from hyperpod_debugger.probe.document import TRUNCATION_MARKER, ProbeDocument
-from hyperpod_debugger.probe.klog import PREVIOUS_BOOT, THIS_BOOT, KernelLine, Recent, recent, stamp, window_label
-from hyperpod_debugger.suggest import read_only
+from hyperpod_debugger.probe.parse.klog import PREVIOUS_BOOT, THIS_BOOT, KernelLine, Recent, recent, stamp, window_label
+from hyperpod_debugger.remediation.suggest import read_only
 
 CHECK_DEVICES = "probe.neuron_devices"
 CHECK_RUNTIME = "probe.neuron_runtime"

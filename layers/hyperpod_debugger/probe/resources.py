@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 
 from hyperpod_debugger.checks.base import Check, trim_evidence
-from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.observations import NotApplicable
+from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
 from hyperpod_debugger.probe.catalog import spec_for
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
-from hyperpod_debugger.probe.sysparse import (
+from hyperpod_debugger.probe.parse.sysparse import (
     TRUNCATED_NOTE,
     BlockDevice,
     DfReport,
@@ -35,7 +35,7 @@ from hyperpod_debugger.probe.sysparse import (
     system_item,
     use_percent,
 )
-from hyperpod_debugger.suggest import read_only
+from hyperpod_debugger.remediation.suggest import read_only
 
 ROOT = "/"
 SAGEMAKER = "/opt/sagemaker"

@@ -13,8 +13,8 @@ from functools import partial
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments, pinned_nonce
 from hyperpod_debugger.aws.ssm_types import CommandResult, SessionError, TargetError, session_target
-from hyperpod_debugger.model import CheckCoverage, CheckStatus, Finding
-from hyperpod_debugger.observations import Cluster, ClusterNode
+from hyperpod_debugger.domain.model import CheckCoverage, CheckStatus, Finding
+from hyperpod_debugger.domain.observations import Cluster, ClusterNode
 from hyperpod_debugger.probe.base import ProbeContext
 from hyperpod_debugger.probe.delivery import probe_command
 from hyperpod_debugger.probe.fleet import NodeProbe, Runner, order_nodes, outcome_findings, probe_fleet

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hyperpod_debugger.checks.base import Check
-from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.observations import NotApplicable
+from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
 from hyperpod_debugger.probe.document import ProbeDocument
-from hyperpod_debugger.probe.sysparse import TRUNCATED_NOTE, UnitState, cached, parse_is_active, system_item
-from hyperpod_debugger.suggest import read_only
+from hyperpod_debugger.probe.parse.sysparse import TRUNCATED_NOTE, UnitState, cached, parse_is_active, system_item
+from hyperpod_debugger.remediation.suggest import read_only
 
 CHECK = "probe.services"
 SSM_UNITS = ("amazon-ssm-agent", "snap.amazon-ssm-agent.amazon-ssm-agent")

@@ -7,11 +7,11 @@ check is skipped with that reason, and a timeout makes it UNKNOWN.
 from __future__ import annotations
 
 from hyperpod_debugger.checks.base import Check
-from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.observations import NotApplicable
+from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
-from hyperpod_debugger.probe.sysparse import (
+from hyperpod_debugger.probe.parse.sysparse import (
     TRUNCATED_NOTE,
     ChronyTracking,
     Parsed,
@@ -19,7 +19,7 @@ from hyperpod_debugger.probe.sysparse import (
     parse_chronyc_tracking,
     parse_timedatectl,
 )
-from hyperpod_debugger.suggest import read_only
+from hyperpod_debugger.remediation.suggest import read_only
 
 CHECK = "probe.clock"
 #: |offset| at or above these many seconds

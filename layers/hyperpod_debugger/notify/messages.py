@@ -22,8 +22,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from hyperpod_debugger.model import Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.sections import SECTIONS, link, pointer
+from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.sections import SECTIONS, link, pointer
 
 Transition = Literal["NEW", "ESCALATED", "RESOLVED", "REOPENED"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hyperpod_debugger.model import CheckStatus, Finding, Priority, Tag, TriageReport
+from hyperpod_debugger.domain.model import CheckStatus, Finding, Priority, Tag, TriageReport
 
 _COLOURS = {
     Tag.PASS: "\033[32m",

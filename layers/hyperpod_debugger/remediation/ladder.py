@@ -22,10 +22,10 @@ from datetime import datetime, timedelta
 from hyperpod_debugger.checks.base import CheckContext
 from hyperpod_debugger.checks.kubernetes import pending_recovery
 from hyperpod_debugger.checks.logs import hma_detections
-from hyperpod_debugger.iac import drift_note
-from hyperpod_debugger.model import STEP_ORDER, Finding, SuggestedCommand, Tag
-from hyperpod_debugger.observations import Cluster, ClusterNode, ClusterObservation
-from hyperpod_debugger.suggest import aws_argv, batches, mutating
+from hyperpod_debugger.domain.model import STEP_ORDER, Finding, SuggestedCommand, Tag
+from hyperpod_debugger.domain.observations import Cluster, ClusterNode, ClusterObservation
+from hyperpod_debugger.remediation.iac import drift_note
+from hyperpod_debugger.remediation.suggest import aws_argv, batches, mutating
 
 #: How long after HyperPod announced a reboot/replacement we still consider it under way.
 #: A replacement normally takes 20-30 minutes.

@@ -4,7 +4,7 @@ A stored finding is keyed by its *fingerprint*: cluster, node, check and a norma
 of the message (numbers, ids, times and sizes replaced by placeholders), so the same problem seen
 by the next sweep maps to the same item even when a counter or a timestamp in its message moved.
 
-:func:`plan_sweep` compares what is stored with one :class:`~hyperpod_debugger.model.TriageReport`
+:func:`plan_sweep` compares what is stored with one :class:`~hyperpod_debugger.domain.model.TriageReport`
 and decides, per fingerprint, one of the transitions below. The DynamoDB adapter
 (``hyperpod_debugger.aws.store``) writes the plan with conditional writes.
 
@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from hyperpod_debugger.model import CheckStatus, Finding, Priority, Tag, TriageReport
+from hyperpod_debugger.domain.model import CheckStatus, Finding, Priority, Tag, TriageReport
 
 HEARTBEAT = timedelta(hours=1)
 EVIDENCE_MAX_LINES = 20

@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from hyperpod_debugger import validate
-from hyperpod_debugger.store_logic import FINGERPRINT_CHARS, State, StoredFinding
+from hyperpod_debugger.domain import validate
+from hyperpod_debugger.lifecycle.findings import FINGERPRINT_CHARS, State, StoredFinding
 
 TABLE_ENV = "HYPERPOD_DEBUGGER_TABLE"
 EXIT_INVALID = 2

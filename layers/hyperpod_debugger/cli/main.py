@@ -15,7 +15,9 @@ from datetime import UTC, datetime, timedelta
 from importlib import resources
 from importlib.metadata import entry_points
 
-from hyperpod_debugger import __version__, findings_cli, validate
+from hyperpod_debugger import __version__
+from hyperpod_debugger.cli import findings as findings_cli
+from hyperpod_debugger.domain import validate
 
 EXIT_INVALID = 2
 
@@ -172,7 +174,7 @@ def _use_colour(args: argparse.Namespace) -> bool:
 
 def cmd_triage(args: argparse.Namespace) -> int:
     from hyperpod_debugger.probe.runner import ProbeOptions
-    from hyperpod_debugger.render import render_json, render_text
+    from hyperpod_debugger.report.text import render_json, render_text
     from hyperpod_debugger.triage import TriageRequest, run_triage
 
     try:
@@ -226,9 +228,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from hyperpod_debugger.analyze import analyze
+    from hyperpod_debugger.cli.analyze import analyze
     from hyperpod_debugger.probe import document
-    from hyperpod_debugger.render import render_json, render_text
+    from hyperpod_debugger.report.text import render_json, render_text
 
     try:
         instance_id = validate.instance_id(args.instance_id) if args.instance_id else None
@@ -263,7 +265,7 @@ def cmd_probe_script(_: argparse.Namespace) -> int:
 
 
 def cmd_schema(_: argparse.Namespace) -> int:
-    from hyperpod_debugger.model import TriageReport
+    from hyperpod_debugger.domain.model import TriageReport
 
     print(json.dumps(TriageReport.model_json_schema(), indent=2))
     return 0

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from hyperpod_debugger.aws_types import ec2_type
-from hyperpod_debugger.model import SuggestedCommand
-from hyperpod_debugger.observations import Cluster
-from hyperpod_debugger.suggest import aws_argv, read_only
+from hyperpod_debugger.domain.aws_types import ec2_type
+from hyperpod_debugger.domain.model import SuggestedCommand
+from hyperpod_debugger.domain.observations import Cluster
+from hyperpod_debugger.remediation.suggest import aws_argv, read_only
 
 
 def sagemaker_argv(cluster: Cluster, operation: str, *args: str) -> list[str]:

@@ -11,7 +11,7 @@ import json
 import shlex
 from collections.abc import Iterable, Iterator, Sequence
 
-from hyperpod_debugger.model import Step, SuggestedCommand
+from hyperpod_debugger.domain.model import Step, SuggestedCommand
 
 #: SageMaker accepts at most this many node ids per BatchReboot/BatchReplaceClusterNodes call.
 BATCH_NODE_LIMIT = 25

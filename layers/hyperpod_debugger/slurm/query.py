@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments
 from hyperpod_debugger.aws.ssm_types import SessionError, TargetError, session_target
-from hyperpod_debugger.observations import ApiFailure, Cluster, ClusterNode, Observed
-from hyperpod_debugger.orchestrators import SlurmController, SlurmObservation
+from hyperpod_debugger.domain.observations import ApiFailure, Cluster, ClusterNode, Observed
+from hyperpod_debugger.domain.orchestrators import SlurmController, SlurmObservation
 from hyperpod_debugger.probe.fleet import Runner
-from hyperpod_debugger.slurm import controller_up, parse_query_output, slurm_query_command
+from hyperpod_debugger.slurm.parse import controller_up, parse_query_output, slurm_query_command
 
 #: Group names that mark controller candidates; only ``scontrol ping`` confirms one.
 _CANDIDATE_GROUP = re.compile(r"controller|head|master|login", re.I)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from hyperpod_debugger import ladder
-from hyperpod_debugger.model import ClusterRef, Coverage, Finding, Tag, TriageReport
-from hyperpod_debugger.observations import ClusterNode
+from hyperpod_debugger.domain.model import ClusterRef, Coverage, Finding, Tag, TriageReport
+from hyperpod_debugger.domain.observations import ClusterNode
 from hyperpod_debugger.probe.base import Orchestrator, ProbeContext, Role
 from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.registry import evaluate
+from hyperpod_debugger.remediation import ladder
 from hyperpod_debugger.triage import build_report
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from hyperpod_debugger.validate import CLUSTER_NAME_RE
+from hyperpod_debugger.domain.validate import CLUSTER_NAME_RE
 
 SOURCE = "aws.sagemaker"
 CLUSTER_EVENT = "SageMaker HyperPod Cluster Event"

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from hyperpod_debugger.observations import NotApplicable, Unobservable
+from hyperpod_debugger.domain.observations import NotApplicable, Unobservable
 from hyperpod_debugger.probe.base import item
 from hyperpod_debugger.probe.document import MISSING_TOOL_CODES, TRUNCATION_MARKER, ProbeDocument, ProbeItem
 

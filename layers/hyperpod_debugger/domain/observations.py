@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 if TYPE_CHECKING:
-    from hyperpod_debugger.orchestrators import KubernetesObservation, SlurmObservation
+    from hyperpod_debugger.domain.orchestrators import KubernetesObservation, SlurmObservation
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hyperpod_debugger.sections import is_section, link, pointer
+from hyperpod_debugger.domain.sections import is_section, link, pointer
 
 SCHEMA_VERSION = 1
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from hyperpod_debugger.observations import Observed
+from hyperpod_debugger.domain.observations import Observed
 
 #: HyperPod's label and annotation keys on EKS nodes.
 LABEL_HEALTH = "sagemaker.amazonaws.com/node-health-status"

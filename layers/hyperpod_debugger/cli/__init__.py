@@ -1,0 +1,1 @@
+"""The ``hyperpod-debugger`` command line: triage, probe, analyze, findings, demo, schema, iam-policy."""

@@ -1,0 +1,1 @@
+"""Domain types: findings and reports, observations, runbook sections, Xid codes, identifiers, HyperPod's events."""

@@ -1,0 +1,1 @@
+"""What to do about a finding: the investigate → reboot → replace ladder, suggested commands, IaC ownership."""

@@ -1,0 +1,1 @@
+"""The triage report for people: the terminal text and the JSON document."""
