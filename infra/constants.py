@@ -14,12 +14,12 @@ METRICS_NAMESPACE = "HyperPodDebugger"
 MONITOR_METRICS_SERVICE = "hyperpod-monitor"
 
 # Lambda handlers, referenced by string only (the code lives in functions/, built separately).
-EVENT_HANDLER = "functions.monitor.handlers.event_handler"
-SWEEP_HANDLER = "functions.monitor.handlers.sweep_cluster"
-PROBE_BATCH_HANDLER = "functions.monitor.handlers.probe_batch"
-STREAM_NOTIFIER_HANDLER = "functions.monitor.handlers.stream_notifier"
-COURIER_HANDLER = "functions.monitor.handlers.courier"
-LOG_SUBSCRIPTION_HANDLER = "functions.monitor.handlers.log_subscription"
+EVENT_HANDLER = "functions.monitor.handlers.events.handler"
+SWEEP_HANDLER = "functions.monitor.handlers.sweep.handler"
+PROBE_BATCH_HANDLER = "functions.monitor.handlers.probes.handler"
+STREAM_NOTIFIER_HANDLER = "functions.monitor.handlers.stream.handler"
+COURIER_HANDLER = "functions.monitor.handlers.outbox.handler"
+LOG_SUBSCRIPTION_HANDLER = "functions.monitor.handlers.hma.handler"
 
 # EventBridge: HyperPod's source, detail-types and the rule patterns live in hyperpod_debugger.domain.eventbridge.
 

@@ -18,7 +18,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from botocore.exceptions import BotoCoreError, ClientError
 
-from functions.monitor.logic import ChannelError, OutboxMessage
+from functions.monitor.logic.outbox import ChannelError, OutboxMessage
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.notify.slack import DeliveryError, post_to_webhook
 
@@ -135,12 +135,6 @@ class AwsChannels:
             raise ChannelError(f"sns: {code or type(exc).__name__}", permanent=permanent) from None
         except BotoCoreError as exc:
             raise ChannelError(f"sns: {type(exc).__name__}") from None
-
-
-def ledger_clients(region: str) -> AwsClients:
-    """Clients for bookkeeping that must never stall a delivery: two attempts in all (botocore's
-    ``max_attempts`` counts the retries), short timeouts."""
-    return AwsClients(region, max_attempts=1, connect_timeout=2.0, read_timeout=3.0)
 
 
 class DeliveryLedger:

@@ -154,6 +154,10 @@ def courier_env() -> CourierEnv:
 
 
 def clear_env_cache() -> None:
+    """Forget the cached settings, and the clients built with them."""
+    from functions.shared import clients
+
+    clients.clear()
     sweep_env.cache_clear()
     monitor_env.cache_clear()
     notifier_env.cache_clear()

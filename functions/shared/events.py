@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from hyperpod_debugger.domain import eventbridge
 
@@ -110,7 +110,27 @@ class ScheduleEvent(EventBridgeModel):
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
-# --- the sweep's probe batch (our own state machine's Map item) ----------------------------
+# --- the sweep's inputs (our own state machine's Map items) -------------------------------
+
+
+class SweepItem(BaseModel):
+    """One item of the sweep's outer Map: the cluster (ARN and/or name) and the sweep's id."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    cluster_arn: str = ""
+    cluster_name: str = ""
+    sweep_id: str = ""
+
+    @model_validator(mode="after")
+    def _names_a_cluster(self) -> SweepItem:
+        if not (self.cluster_arn or self.cluster_name):
+            raise ValueError("the sweep input names no cluster")
+        return self
+
+    @property
+    def cluster(self) -> str:
+        return self.cluster_arn or self.cluster_name
 
 
 ClusterArn = Annotated[str, Field(pattern=r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:cluster/[A-Za-z0-9\-]+$")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -72,10 +73,13 @@ def build_report(
 
 
 def _coverage_of(clients: AwsClients) -> Callable[..., Coverage]:
-    """Coverage of a run: its checks, the nodes it probed, and the API calls ``clients`` made so far."""
+    """Coverage of a run: its checks, the nodes it probed, and the API calls ``clients`` made since the
+    run began (the monitor reuses its clients across warm invocations)."""
+    before = Counter(clients.calls)
 
     def coverage(checks: list[CheckCoverage], probed: list[str] | None = None) -> Coverage:
-        return Coverage(checks=checks, api_calls=dict(sorted(clients.calls.items())), probed_nodes=probed)
+        made = Counter(clients.calls) - before
+        return Coverage(checks=checks, api_calls=dict(sorted(made.items())), probed_nodes=probed)
 
     return coverage
 

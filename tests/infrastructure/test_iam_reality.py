@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import importlib
 import json
 from collections import defaultdict
 from collections.abc import Iterator
@@ -179,7 +180,6 @@ def deliver(monitor: Any, invoke: Any) -> None:
 def recording_run() -> Recorder:
     """The monitor's path on the simulated account: an event, the notifier, the sweep of both clusters
     with its probe batches, and an HMA log delivery, each through the real handler."""
-    from functions.monitor import handlers
     from hyperpod_sim import seed
     from hyperpod_sim.demo import _simulated_account
     from hyperpod_sim.lambda_harness import monitor_harness
@@ -198,7 +198,8 @@ def recording_run() -> Recorder:
             def invoke(handler: str, event: Any) -> Any:
                 recorder.function = handler
                 try:
-                    return monitor.invoke(getattr(handlers, handler.rsplit(".", 1)[-1]), event)
+                    module, attribute = handler.rsplit(".", 1)
+                    return monitor.invoke(getattr(importlib.import_module(module), attribute), event)
                 finally:
                     recorder.function = None
 

@@ -440,7 +440,7 @@ def test_the_outbox_is_fifo_with_a_dead_letter_queue_that_keeps_about_two_days_o
     assert props["RedrivePolicy"]["maxReceiveCount"] == c.OUTBOX_MAX_RECEIVES
     assert props["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0].startswith("NotificationsOutboxDlq")
     # the courier's backoff (60 s doubling to 900 s) over the receive limit outlasts a day-long outage
-    from functions.monitor.logic import retry_delay
+    from functions.monitor.logic.outbox import retry_delay
 
     waited = sum(retry_delay(n, None) for n in range(1, c.OUTBOX_MAX_RECEIVES + 1))
     assert waited > 36 * 3600 and waited < c.OUTBOX_RETENTION_DAYS * 86400

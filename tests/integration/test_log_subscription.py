@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from functions.monitor import adapters, handlers
+from functions.monitor import adapters, handlers, runtime
 from functions.shared import env as env_module
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, create_table
@@ -115,8 +115,8 @@ def test_an_hma_detection_triages_its_node_into_the_findings_store(store, live_d
 def test_the_same_delivery_twice_makes_no_new_transition(store, live_demo, lambda_context, monkeypatch):
     # GIVEN one delivery that Lambda hands the function twice (an async retry)
     calls = []
-    real = handlers.run_triage
-    monkeypatch.setattr(handlers, "run_triage", lambda req, clients: calls.append(req) or real(req, clients))
+    real = runtime.run_triage
+    monkeypatch.setattr(runtime, "run_triage", lambda req, clients: calls.append(req) or real(req, clients))
     cluster = live_demo.slurm
     _, stream = slurm_detection(cluster)
     event = delivery(cluster, stream, [seed.slurm_hma_record(datetime.now(UTC), 79)])
@@ -154,7 +154,7 @@ def test_the_eks_xid_detection_names_the_node_and_the_code(store, live_demo, lam
 
 
 def test_a_control_message_is_ignored(store, lambda_context, monkeypatch):
-    monkeypatch.setattr(handlers, "run_triage", lambda *a: pytest.fail("no triage for a control message"))
+    monkeypatch.setattr(runtime, "run_triage", lambda *a: pytest.fail("no triage for a control message"))
     control = {
         "messageType": "CONTROL_MESSAGE",
         "owner": "CloudwatchLogs",
@@ -195,7 +195,7 @@ def test_a_delivery_from_a_log_group_of_another_shape_is_rejected(store, live_de
 
 
 def test_a_lifecycle_stream_is_dropped_without_a_triage(store, live_demo, lambda_context, monkeypatch):
-    monkeypatch.setattr(handlers, "run_triage", lambda *a: pytest.fail("no triage for a lifecycle stream"))
+    monkeypatch.setattr(runtime, "run_triage", lambda *a: pytest.fail("no triage for a lifecycle stream"))
     cluster = live_demo.slurm
     worker = cluster.nodes["worker-group-1"][0]
     event = delivery(cluster, f"LifecycleConfig/worker-group-1/{worker}", ["HealthMonitoringAgentDetectionEvent"])
@@ -209,7 +209,7 @@ def test_a_lifecycle_stream_is_dropped_without_a_triage(store, live_demo, lambda
 def test_a_cluster_outside_the_allowlist_is_skipped(store, live_demo, lambda_context, monkeypatch):
     monkeypatch.setenv("CLUSTER_ALLOWLIST", "some-other-cluster")
     env_module.clear_env_cache()
-    monkeypatch.setattr(handlers, "run_triage", lambda *a: pytest.fail("no triage outside the allowlist"))
+    monkeypatch.setattr(runtime, "run_triage", lambda *a: pytest.fail("no triage outside the allowlist"))
     cluster = live_demo.slurm
     _, stream = slurm_detection(cluster)
 
@@ -236,7 +236,8 @@ def test_the_allowlist_accepts_the_cluster_by_id(store, live_demo, lambda_contex
 
 def test_nodes_past_the_cap_are_deferred_to_the_sweep(store, live_demo, lambda_context, monkeypatch):
     # GIVEN LOG_MAX_NODES=1 and a batch that names two nodes (real deliveries carry one stream, so one node)
-    from functions.monitor import hma_logs, logic
+    from functions.monitor import hma_logs
+    from functions.monitor.logic import signals
 
     monkeypatch.setenv("LOG_MAX_NODES", "1")
     env_module.clear_env_cache()
@@ -246,7 +247,7 @@ def test_nodes_past_the_cap_are_deferred_to_the_sweep(store, live_demo, lambda_c
 
     def two_nodes(event, **kwargs):
         batch = real(event, **kwargs)
-        extra = logic.ClusterSignal("hma-extra", batch.cluster_arn, batch.signals[0].region, second, "HMA: test")
+        extra = signals.ClusterSignal("hma-extra", batch.cluster_arn, batch.signals[0].region, second, "HMA: test")
         return hma_logs.HmaBatch(batch.cluster, batch.cluster_arn, batch.log_stream, (*batch.signals, extra), 2)
 
     monkeypatch.setattr(hma_logs, "read_subscription", two_nodes)

@@ -14,7 +14,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from slack_sdk.models.blocks import Block
 
-from functions.monitor import adapters, handlers, logic
+from functions.monitor import adapters, handlers
+from functions.monitor.handlers.outbox import SEND_MARGIN_S
+from functions.monitor.logic import outbox
+from functions.shared import clients
 from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.domain.model import (
     CheckCoverage,
@@ -208,7 +211,7 @@ def test_when_the_outbox_refuses_a_cluster_waits_and_other_clusters_go_on(monito
     def put(self, message):
         if message.group == ARN and not refused:
             refused.append(message.key)
-            raise logic.ChannelError("outbox: ThrottlingException")
+            raise outbox.ChannelError("outbox: ThrottlingException")
         return real_put(self, message)
 
     monkeypatch.setattr(adapters.SqsOutbox, "put", put)
@@ -269,7 +272,7 @@ def test_without_time_for_a_delivery_nothing_is_tried_and_everything_waits(monit
     notify(monitor)
     event = monitor.outbox.poll()
     # a context with less time left than one Slack timeout plus the margin
-    response = monitor.invoke(handlers.courier, event, timeout_s=handlers.SEND_MARGIN_S)
+    response = monitor.invoke(handlers.courier, event, timeout_s=SEND_MARGIN_S)
     assert len(response["batchItemFailures"]) == len(event["Records"])
     assert monitor.sink.requests == 0 and monitor.emails() == []
 
@@ -282,7 +285,7 @@ def test_a_payload_slack_refuses_goes_to_the_dead_letter_queue_whole_and_does_no
     monitor.deliver_outbox(handlers.courier)
     # the refused message is kept, rendered, with the reason; the next one of the group went
     [dead] = dead_letters(monitor)
-    kept = logic.OutboxMessage.from_json(dead["Body"])
+    kept = outbox.OutboxMessage.from_json(dead["Body"])
     assert kept.channel == "slack" and kept.slack and "blocks" in kept.slack
     assert "400" in dead["MessageAttributes"]["reason"]["StringValue"]
     assert len(monitor.sink.received) == 1 and monitor.outbox.depth() == 0
@@ -336,7 +339,7 @@ def test_a_throttled_ledger_is_bounded_and_never_drops_a_message(monitor, monkey
     assert len(monitor.sink.received) == 1 and len(monitor.emails()) == 1
     assert calls and len(calls) <= 2 + 2 * 2  # the notifier: read + write; the courier: read + a write per message
     # and every SDK call it makes is bounded: two attempts in all, short timeouts
-    config = adapters.ledger_clients(scenarios.REGION).client("dynamodb").meta.config
+    config = clients.bookkeeping_clients(scenarios.REGION).client("dynamodb").meta.config
     assert config.retries["total_max_attempts"] == 2 and config.read_timeout <= 3
 
 

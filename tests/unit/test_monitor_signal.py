@@ -1,4 +1,4 @@
-"""From a published HyperPod event to what the monitor triages (``functions.monitor.logic.signal_of``)."""
+"""From a published HyperPod event to what the monitor triages (``functions.monitor.logic.signals.signal_of``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from functions.monitor import logic
+from functions.monitor.logic import signals
 from functions.shared.events import parse_hyperpod_event
 from tests.unit.test_eventbridge import (
     CAPACITY,
@@ -19,8 +19,8 @@ from tests.unit.test_eventbridge import (
 )
 
 
-def signal(event: dict) -> logic.ClusterSignal | None:
-    return logic.signal_of(parse_hyperpod_event(event))
+def signal(event: dict) -> signals.ClusterSignal | None:
+    return signals.signal_of(parse_hyperpod_event(event))
 
 
 @pytest.mark.parametrize("name", [CAPACITY, LCS_STARTED, HEALTH_DOCS, HEALTH_CAPTURE, STATE_DOCS, STATE_CAPTURE])
@@ -73,7 +73,7 @@ def test_the_arn_not_the_envelope_decides_the_region():
 def test_an_arn_with_an_invalid_region_is_an_unusable_event():
     event = copy.deepcopy(published(STATE_CAPTURE))
     event["detail"]["ClusterArn"] = "arn:aws:sagemaker:not_a_region:842413447717:cluster/qx06scn2c9eu"
-    with pytest.raises(logic.UnusableEvent, match="not a SageMaker HyperPod cluster ARN"):
+    with pytest.raises(signals.UnusableEvent, match="not a SageMaker HyperPod cluster ARN"):
         signal(event)
 
 

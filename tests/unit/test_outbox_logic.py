@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from functions.monitor import logic
+from functions.monitor.logic import alerts, outbox
 from hyperpod_debugger.lifecycle.findings import State, StoredFinding, TransitionKind
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/lw12e0dn1hhd"
 
 
-def change(record: str, kind: TransitionKind = TransitionKind.NEW) -> logic.StreamChange:
+def change(record: str, kind: TransitionKind = TransitionKind.NEW) -> alerts.StreamChange:
     finding = StoredFinding(
         fingerprint="f" * 32,
         cluster_arn=ARN,
@@ -32,27 +32,27 @@ def change(record: str, kind: TransitionKind = TransitionKind.NEW) -> logic.Stre
         message="Xid 79",
         cluster_name="ml-eks-prod",
     )
-    return logic.StreamChange(record_id=record, kind=kind, at=NOW.isoformat(), finding=finding)
+    return alerts.StreamChange(record_id=record, kind=kind, at=NOW.isoformat(), finding=finding)
 
 
 def test_one_message_per_configured_channel_email_first():
-    delivery = logic.Delivery(key="single:1", kind="single", changes=[change("1")])
-    message = logic.Message(slack={"text": "x", "blocks": []}, subject="s", body="b")
-    out = logic.outbox_messages(delivery, message, channels=("slack", "sns"), now=NOW)
+    delivery = alerts.Delivery(key="single:1", kind="single", changes=[change("1")])
+    message = alerts.Message(slack={"text": "x", "blocks": []}, subject="s", body="b")
+    out = outbox.outbox_messages(delivery, message, channels=("slack", "sns"), now=NOW)
     assert [m.channel for m in out] == ["sns", "slack"]
     assert out[0].subject == "s" and out[0].slack is None and out[1].slack == {"text": "x", "blocks": []}
     assert {m.group for m in out} == {ARN}
-    assert logic.outbox_messages(delivery, message, channels=("sns",), now=NOW)[0].channel == "sns"
+    assert outbox.outbox_messages(delivery, message, channels=("sns",), now=NOW)[0].channel == "sns"
 
 
 def test_a_message_survives_its_own_json_and_its_id_depends_on_channel_and_records_only():
-    delivery = logic.Delivery(key="single:1", kind="single", changes=[change("1")])
-    message = logic.Message(slack={"text": "é ✅", "blocks": [{"type": "divider"}]}, subject="s", body="b")
-    for item in logic.outbox_messages(delivery, message, channels=logic.CHANNELS, now=NOW):
-        assert logic.OutboxMessage.from_json(item.to_json()) == item
-    assert logic.message_id("slack", ["2", "1"]) == logic.message_id("slack", ["1", "2"])
-    assert logic.message_id("slack", ["1"]) != logic.message_id("sns", ["1"])
-    assert len(logic.message_id("slack", [str(n) for n in range(500)])) <= 128  # SQS's deduplication id limit
+    delivery = alerts.Delivery(key="single:1", kind="single", changes=[change("1")])
+    message = alerts.Message(slack={"text": "é ✅", "blocks": [{"type": "divider"}]}, subject="s", body="b")
+    for item in outbox.outbox_messages(delivery, message, channels=outbox.CHANNELS, now=NOW):
+        assert outbox.OutboxMessage.from_json(item.to_json()) == item
+    assert outbox.message_id("slack", ["2", "1"]) == outbox.message_id("slack", ["1", "2"])
+    assert outbox.message_id("slack", ["1"]) != outbox.message_id("sns", ["1"])
+    assert len(outbox.message_id("slack", [str(n) for n in range(500)])) <= 128  # SQS's deduplication id limit
 
 
 @pytest.mark.parametrize(
@@ -98,13 +98,13 @@ def test_a_message_survives_its_own_json_and_its_id_depends_on_channel_and_recor
 )
 def test_a_body_that_is_not_a_message_says_why(body, reason):
     with pytest.raises(ValueError, match=reason):
-        logic.OutboxMessage.from_json(body)
+        outbox.OutboxMessage.from_json(body)
 
 
 @given(st.text(max_size=300))
 def test_any_text_is_a_message_or_a_value_error(text):
     try:
-        logic.OutboxMessage.from_json(text)
+        outbox.OutboxMessage.from_json(text)
     except ValueError:
         pass
 
@@ -123,9 +123,9 @@ def test_any_text_is_a_message_or_a_value_error(text):
     ],
 )
 def test_backoff_doubles_to_its_cap_and_honours_retry_after(receives, retry_after, seconds):
-    assert logic.retry_delay(receives, retry_after) == seconds
+    assert outbox.retry_delay(receives, retry_after) == seconds
 
 
 def test_a_day_long_outage_fits_in_the_receive_limit():
     # the stack's 200 receives at this backoff outlast 24 hours
-    assert sum(logic.retry_delay(n, None) for n in range(1, 201)) > 24 * 3600
+    assert sum(outbox.retry_delay(n, None) for n in range(1, 201)) > 24 * 3600

@@ -1,0 +1,41 @@
+"""EventBridge (HyperPod's three detail-types) → a scoped triage into the findings store.
+
+Idempotent on the EventBridge event id (SageMaker may send one change twice). An event no retry can fix
+is kept, with the reason, in the unprocessed-events queue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import ValidationError
+
+from functions.monitor.logic import signals
+from functions.monitor.runtime import reject, signal_runner, validation_errors, with_env
+from functions.shared.env import monitor_env
+from functions.shared.events import parse_hyperpod_event
+from functions.shared.observability import logger, metrics, tracer
+
+
+@with_env(monitor_env)
+@logger.inject_lambda_context(correlation_id_path="id", log_event=False)
+@metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    env = monitor_env()
+    metrics.add_metric(name="EventsReceived", unit=MetricUnit.Count, value=1)
+    try:
+        parsed = parse_hyperpod_event(event)
+        signal = signals.signal_of(parsed)
+    except ValidationError as exc:
+        errors = validation_errors(exc)
+    except signals.UnusableEvent as exc:
+        errors = [{"at": "detail", "error": str(exc)}]
+    else:
+        if signal is None:
+            logger.info("cluster event ignored: informational", event_id=parsed.id, detail_type=parsed.detail_type)
+            return {"status": "ignored", "event_id": parsed.id}
+        return signal_runner(env, context)(signal)
+    return reject(event, errors, queue_url=env.UNPROCESSED_QUEUE_URL, region=env.AWS_REGION, kind="event")

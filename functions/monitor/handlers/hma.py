@@ -1,0 +1,79 @@
+"""HMA detection records from a cluster log group's subscription filter → one scoped triage per node.
+
+A payload that cannot be read is kept (with the reason) and counted rather than raised: the retry Lambda
+would make carries the same bytes. A failed triage does raise, so the retry redoes only the nodes whose
+idempotency record did not complete. Nodes past ``LOG_MAX_NODES`` are deferred to the sweep.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.monitor import hma_logs
+from functions.monitor.runtime import reject, signal_runner, with_env
+from functions.shared.env import monitor_env
+from functions.shared.observability import logger, metrics, tracer
+
+
+@with_env(monitor_env)
+@logger.inject_lambda_context(log_event=False)
+@metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    env = monitor_env()
+    metrics.add_metric(name="LogPayloadsReceived", unit=MetricUnit.Count, value=1)
+    partition = hma_logs.partition_of(getattr(context, "invoked_function_arn", None))
+    try:
+        batch = hma_logs.read_subscription(event, region=env.AWS_REGION, partition=partition)
+    except hma_logs.LogPayloadError as exc:
+        errors = [{"at": "payload", "error": str(exc)}]
+        rejected = reject(
+            event,
+            errors,
+            queue_url=env.UNPROCESSED_QUEUE_URL,
+            region=env.AWS_REGION,
+            kind="log payload",
+            metric="LogPayloadsRejected",
+        )
+        return {**rejected, "error": str(exc)}
+    if batch is None:
+        logger.info("log subscription control message ignored")
+        return {"status": "ignored", "reason": "control message"}
+    where = {"cluster": batch.cluster.name, "cluster_arn": batch.cluster_arn}
+    if not env.allows(batch.cluster.name, batch.cluster_arn):
+        logger.warning("log payload of a cluster outside CLUSTER_ALLOWLIST skipped", **where)
+        return {"status": "skipped", **where, "reason": "not in CLUSTER_ALLOWLIST"}
+    if batch.unattributed:
+        logger.warning(
+            "HMA detections on a stream naming no instance id",
+            count=batch.unattributed,
+            log_stream=ascii(batch.log_stream[:200]),
+        )
+    taken, deferred = batch.signals[: env.LOG_MAX_NODES], batch.signals[env.LOG_MAX_NODES :]
+    if deferred:
+        logger.warning("nodes deferred to the sweep", deferred=[s.node for s in deferred], limit=env.LOG_MAX_NODES)
+        metrics.add_metric(name="LogNodesDeferred", unit=MetricUnit.Count, value=len(deferred))
+    if not taken:
+        logger.info("log payload holds nothing to triage", reason=batch.dropped, **where)
+    run = signal_runner(env, context)
+    nodes: list[dict[str, Any]] = []
+    totals: Counter[str] = Counter()
+    for signal in taken:
+        counted = dict(run(signal).get("transitions") or {})
+        totals.update(counted)
+        nodes.append(
+            {"node": signal.node, "event_id": signal.event_id, "reason": signal.reason, "transitions": counted}
+        )
+    metrics.add_metric(name="HmaDetections", unit=MetricUnit.Count, value=batch.detections)
+    return {
+        "status": "processed",
+        **where,
+        "nodes": nodes,
+        "deferred": [s.node for s in deferred],
+        "transitions": dict(totals),
+        **({"dropped": batch.dropped} if batch.dropped else {}),
+    }

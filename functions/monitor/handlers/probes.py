@@ -1,0 +1,57 @@
+"""One batch of the sweep's node probes (one item of the inner Map): probe exactly the nodes named,
+write what changed for them, and remember when each was probed (the rotation's clock)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import ValidationError
+
+from functions.monitor.logic import sweep
+from functions.monitor.runtime import now, validation_errors, with_env
+from functions.shared.clients import clients
+from functions.shared.env import sweep_env
+from functions.shared.events import ProbeBatch
+from functions.shared.observability import logger, metrics, tracer
+from hyperpod_debugger.aws.store import FindingStore
+from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.triage import run_probe_batch
+
+
+@with_env(sweep_env)
+@logger.inject_lambda_context(correlation_id_path="sweep_id", log_event=False)
+@metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    env = sweep_env()
+    options = ProbeOptions(rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S, documents=env.session_documents)
+    try:
+        batch = ProbeBatch.model_validate(event)
+        request = sweep.batch_request(batch.cluster_arn, batch.nodes, region=env.AWS_REGION, now=now(), options=options)
+    except ValidationError as exc:
+        logger.error("probe batch rejected", errors=validation_errors(exc))
+        return {"status": "rejected", "errors": validation_errors(exc)}
+    except (ValueError, KeyError, TypeError) as exc:
+        errors = [{"at": "nodes", "error": str(exc)}]
+        logger.error("probe batch rejected", errors=errors)
+        return {"status": "rejected", "errors": errors}
+    aws = clients(env.AWS_REGION)
+    result = sweep.probe_batch(
+        request, probe=lambda req: run_probe_batch(req, aws), store=FindingStore(aws, env.FINDINGS_TABLE)
+    )
+    if result.status != "processed":
+        logger.error("probe batch failed", cluster=batch.cluster_arn, error=result.error)
+        return result.response()
+    metrics.add_metric(name="NodesProbed", unit=MetricUnit.Count, value=len(result.probed))
+    metrics.add_metric(name="SweepTransitions", unit=MetricUnit.Count, value=len(result.transitions))
+    response = result.response()
+    logger.info(
+        "probe batch applied",
+        cluster=batch.cluster_name,
+        planned=result.planned,
+        probed=len(result.probed),
+        transitions=response["transitions"],
+    )
+    return response

@@ -1,0 +1,78 @@
+"""The sweep's cluster step (one item of the state machine's outer Map): the cluster's API checks and,
+on Slurm, the controller's view into the store, then this sweep's node probes as batches for the
+inner Map."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import ValidationError
+
+from functions.monitor.logic import sweep
+from functions.monitor.runtime import now, validation_errors, with_env
+from functions.shared.clients import clients
+from functions.shared.env import sweep_env
+from functions.shared.events import SweepItem
+from functions.shared.observability import logger, metrics, tracer
+from hyperpod_debugger.aws.store import FindingStore
+from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.triage import TriageRequest, triage_with_observation
+
+
+@with_env(sweep_env)
+@logger.inject_lambda_context(correlation_id_path="sweep_id", log_event=False)
+@metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    env = sweep_env()
+    try:
+        item = SweepItem.model_validate(event)
+    except ValidationError as exc:
+        errors = validation_errors(exc)
+        logger.error("sweep input rejected", errors=errors)
+        return {"status": "rejected", "reason": errors[0]["error"], "errors": errors, "batches": []}
+    if not env.allows(item.cluster_name, item.cluster_arn):
+        return {"status": "skipped", "cluster": item.cluster, "reason": "not in CLUSTER_ALLOWLIST", "batches": []}
+    aws = clients(env.AWS_REGION)
+    settings = sweep.RotationSettings(
+        interval=timedelta(seconds=env.SWEEP_INTERVAL_S),
+        period=timedelta(seconds=env.PROBE_PERIOD_S),
+        cap=env.PROBE_MAX_NODES,
+        batch_size=env.PROBE_BATCH_SIZE,
+    )
+    # max_nodes=0: on Slurm the controller is still read through a session; node probes come in batches.
+    options = ProbeOptions(
+        max_nodes=0, rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S, documents=env.session_documents
+    )
+    request = TriageRequest(
+        cluster=item.cluster, region=env.AWS_REGION, now=now(), probe=env.PROBE_ENABLED, probe_options=options
+    )
+    result = sweep.sweep_cluster(
+        request,
+        triage=lambda req: triage_with_observation(req, aws),
+        store=FindingStore(aws, env.FINDINGS_TABLE),
+        settings=settings if env.PROBE_ENABLED else None,
+        sweep_id=item.sweep_id,
+    )
+    if result.status != "processed":
+        logger.error("sweep triage failed", cluster=item.cluster, error=result.error)
+        return result.response()
+    metrics.add_metric(name="SweepTransitions", unit=MetricUnit.Count, value=len(result.transitions))
+    if result.plan is not None:
+        metrics.add_metric(name="NodesPlannedForProbe", unit=MetricUnit.Count, value=len(result.plan.nodes))
+        if result.plan.behind:
+            metrics.add_metric(name="ProbeRotationBehind", unit=MetricUnit.Count, value=result.plan.behind)
+        for note in result.plan.notes:
+            logger.warning("probe rotation", cluster=result.cluster, note=note)
+    response = result.response()
+    logger.info(
+        "cluster checks applied",
+        cluster=result.cluster,
+        transitions=response["transitions"],
+        rotation=response["rotation"],
+        summary=result.summary,
+    )
+    return response

@@ -1,0 +1,10 @@
+"""The monitor's orchestration, pure: no event, no Lambda context, no boto3. Each handler calls one
+function here over ports it injects (the store, the channels, the outbox, the triage).
+
+* :mod:`.signals`: a HyperPod event → what to triage → the store's transitions.
+* :mod:`.sweep`: the sweep's cluster step (checks and the probe plan) and its probe batches.
+* :mod:`.alerts`: the findings stream's transitions → rendered messages queued in the outbox.
+* :mod:`.outbox`: outbox messages, and the courier's one attempt per message with its backoff.
+
+Nothing is imported here, so a function loads only the part it runs.
+"""

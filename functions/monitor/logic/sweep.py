@@ -1,0 +1,210 @@
+"""The scheduled sweep: the cluster step (API checks into the store, then the probe plan as batches for
+the state machine) and one probe batch (its nodes probed, their findings written, the rotation's clock)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from hyperpod_debugger.domain.model import TriageReport
+from hyperpod_debugger.domain.observations import ClusterObservation
+from hyperpod_debugger.lifecycle.findings import StoredFinding, SweepPlan, Transition, is_on_node, plan_sweep
+from hyperpod_debugger.lifecycle.rotation import RotationPlan, describe_node, node_of, plan_rotation
+from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.remediation import ladder
+from hyperpod_debugger.triage import ProbeBatchRequest, TriageRequest
+
+
+@dataclass(frozen=True)
+class RotationSettings:
+    """The sweep's probe budget (from the function's environment)."""
+
+    interval: timedelta = timedelta(minutes=15)
+    period: timedelta = timedelta(days=1)
+    cap: int = 480
+    batch_size: int = 50
+
+
+def probe_suspects(report: TriageReport, stored: dict[str, StoredFinding]) -> list[str]:
+    """Nodes to re-probe first: named by this run's problems, or carrying an open on-node finding."""
+    named = [f.instance_id for f in report.findings if f.instance_id and f.is_problem]
+    held = [f.instance_id for f in stored.values() if f.instance_id and is_on_node(f.check)]
+    return list(dict.fromkeys([*named, *held]))
+
+
+def plan_probe_batches(
+    report: TriageReport,
+    obs: ClusterObservation,
+    stored: dict[str, StoredFinding],
+    last_probed: dict[str, datetime],
+    now: datetime,
+    *,
+    settings: RotationSettings,
+    sweep_id: str,
+) -> tuple[RotationPlan, list[dict[str, Any]]]:
+    """The cluster step's plan, and one state-machine item per batch (what ``probe_batch`` receives).
+
+    ``stored`` holds the cluster's open findings after this run's API checks were applied.
+    """
+    nodes = list(obs.nodes.value or ()) if obs.nodes.available else []
+    plan = plan_rotation(
+        nodes,
+        last_probed,
+        now,
+        suspects=probe_suspects(report, stored),
+        interval=settings.interval,
+        period=settings.period,
+        cap=settings.cap,
+        batch_size=settings.batch_size,
+    )
+    controllers = ladder.slurm_controllers(obs)
+    recovering = ladder.recovery_in_progress(obs, now)
+    items = []
+    for batch in plan.batches:
+        described = []
+        for node in batch:
+            descriptor = describe_node(node, controller=node.instance_id in controllers)
+            if node.instance_id in recovering:
+                descriptor["recovering"] = recovering[node.instance_id]
+            described.append(descriptor)
+        items.append(
+            {
+                "cluster_arn": report.cluster.arn,
+                "cluster_name": report.cluster.name,
+                "sweep_id": sweep_id,
+                "nodes": described,
+            }
+        )
+    return plan, items
+
+
+# --------------------------------------------------------------------------- the cluster step
+
+
+class SweepStore(Protocol):
+    """What the sweep needs of the findings store (``hyperpod_debugger.aws.store.FindingStore``)."""
+
+    def open_findings(self, cluster_arn: str, *, include_resolved: bool = False) -> dict[str, StoredFinding]: ...
+
+    def apply(self, plan: SweepPlan, now: datetime) -> list[Transition]: ...
+
+    def last_probed(self, cluster_arn: str) -> dict[str, datetime]: ...
+
+    def record_probed(self, cluster_arn: str, instance_ids: list[str], now: datetime) -> None: ...
+
+
+@dataclass
+class SweepResult:
+    """The cluster step's outcome: what the state machine gets back, and what the handler logs."""
+
+    status: str  # processed | error
+    cluster: str
+    cluster_arn: str = ""
+    transitions: list[Transition] = field(default_factory=list)
+    plan: RotationPlan | None = None
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    summary: dict[str, Any] | None = None
+
+    def response(self) -> dict[str, Any]:
+        if self.status != "processed":
+            return {"status": self.status, "cluster": self.cluster, "error": self.error, "batches": []}
+        return {
+            "status": "processed",
+            "cluster": self.cluster,
+            "cluster_arn": self.cluster_arn,
+            "transitions": kinds(self.transitions),
+            "rotation": self.plan.summary() if self.plan else None,
+            "batches": self.batches,
+        }
+
+
+def kinds(transitions: list[Transition]) -> dict[str, int]:
+    """Transitions counted by kind, for the log line and the response."""
+    return dict(Counter(t.kind.value for t in transitions))
+
+
+def sweep_cluster(
+    request: TriageRequest,
+    *,
+    triage: Callable[[TriageRequest], tuple[TriageReport, ClusterObservation | None]],
+    store: SweepStore,
+    settings: RotationSettings | None,
+    sweep_id: str,
+) -> SweepResult:
+    """One cluster of the sweep: its API checks (and, on Slurm, the controller's view) into the store, then
+    this sweep's probe plan as batches (``settings`` None: no probes). The cluster step reads the whole
+    node list, so the findings of nodes that left the cluster resolve here."""
+    assert request.now is not None
+    now = request.now
+    report, obs = triage(request)
+    if report.error is not None or obs is None:
+        message = report.error.message if report.error else "the cluster could not be read"
+        return SweepResult("error", request.cluster, error=message)
+    arn = report.cluster.arn or request.cluster
+    present = frozenset(n.instance_id for n in obs.nodes.value or ()) if obs.nodes.available else None
+    transitions = store.apply(plan_sweep(store.open_findings(arn), report, now, nodes_present=present), now)
+    result = SweepResult("processed", report.cluster.name, arn, transitions, summary=report.summary.model_dump())
+    if settings is not None:
+        result.plan, result.batches = plan_probe_batches(
+            report, obs, store.open_findings(arn), store.last_probed(arn), now, settings=settings, sweep_id=sweep_id
+        )
+    return result
+
+
+# --------------------------------------------------------------------------- one probe batch
+
+
+@dataclass
+class BatchResult:
+    status: str  # processed | error
+    cluster_arn: str
+    planned: int = 0
+    probed: list[str] = field(default_factory=list)
+    transitions: list[Transition] = field(default_factory=list)
+    error: str | None = None
+
+    def response(self) -> dict[str, Any]:
+        if self.status != "processed":
+            return {"status": self.status, "cluster_arn": self.cluster_arn, "error": self.error}
+        return {
+            "status": "processed",
+            "cluster_arn": self.cluster_arn,
+            "planned": self.planned,
+            "probed": len(self.probed),
+            "transitions": kinds(self.transitions),
+        }
+
+
+def batch_request(
+    cluster_arn: str, descriptors: list[dict[str, Any]], *, region: str, now: datetime, options: ProbeOptions
+) -> ProbeBatchRequest:
+    """The probe request for one Map item (``describe_node`` descriptors). Raises ``ValueError`` for a
+    descriptor that names no usable node."""
+    return ProbeBatchRequest(
+        cluster=cluster_arn,
+        region=region,
+        nodes=tuple(node_of(d) for d in descriptors),
+        controllers=frozenset(d["instance_id"] for d in descriptors if d.get("role") == "controller"),
+        recovering={d["instance_id"]: str(d["recovering"]) for d in descriptors if d.get("recovering")},
+        now=now,
+        probe_options=options,
+    )
+
+
+def probe_batch(
+    request: ProbeBatchRequest, *, probe: Callable[[ProbeBatchRequest], TriageReport], store: SweepStore
+) -> BatchResult:
+    """Probe exactly the batch's nodes, write what changed for them, and remember when each was probed
+    (the rotation's clock)."""
+    assert request.now is not None
+    report = probe(request)
+    if report.error is not None:
+        return BatchResult("error", request.cluster, error=report.error.message)
+    transitions = store.apply(plan_sweep(store.open_findings(request.cluster), report, request.now), request.now)
+    probed = list(report.coverage.probed_nodes or [])
+    store.record_probed(request.cluster, probed, request.now)
+    return BatchResult("processed", request.cluster, len(request.nodes), probed, transitions)
