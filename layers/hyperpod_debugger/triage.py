@@ -167,21 +167,45 @@ def triage_with_observation(
 ) -> tuple[TriageReport, ClusterObservation | None]:
     """:func:`run_triage`, plus what was observed (None when the run stopped before collecting).
 
-    The scheduled sweep plans its node probes from the observed node list.
+    The run in four steps: start (who we are, which cluster), collect (every observation, the Slurm
+    controller's view), check and probe (the pure checks, HyperPod's own verdict, the on-node probes),
+    refine (the ladder). The scheduled sweep plans its node probes from the observed node list.
     """
     now = req.now or datetime.now(UTC)
     clients = clients or AwsClients(req.region)
-    ref = ClusterRef(name=req.cluster, region=req.region)
-
     coverage = _coverage_of(clients)
+    started = _start(req, clients, now, coverage)
+    if isinstance(started, TriageReport):
+        return started, None
+    cluster, account = started
+    if req.probe_only and req.node:
+        return _probe_one_node(req, clients, cluster, now, account, coverage), None
+    ref = _cluster_ref(cluster, account)
+    obs = _collect(req, clients, cluster, now)
+    if isinstance(obs, RunError):
+        return build_report(req.node, now, ref, [], coverage(_all_unknown("credentials expired")), obs), None
+    if obs.nodes.available and obs.nodes.value is not None:
+        ref.node_count = len(obs.nodes.value)
+    ctx = CheckContext(now=now, scope_node=req.node, event_window=req.event_window, log_window=req.log_window)
+    findings, checks = run_checks(obs, ctx)
+    acting = _hyperpods_verdict(req, obs, findings, checks)
+    probed_nodes = _probe(req, clients, cluster, obs, now, findings, checks)
+    findings = ladder.refine(findings, obs, ctx, acting=acting)
+    return build_report(req.node, now, ref, findings, coverage(checks, probed_nodes)), obs
 
+
+def _start(
+    req: TriageRequest, clients: AwsClients, now: datetime, coverage: Callable[..., Coverage]
+) -> tuple[Cluster, str | None] | TriageReport:
+    """Who we are and which cluster, or the report of why the triage cannot start."""
+    ref = ClusterRef(name=req.cluster, region=req.region)
     try:
         account = sts.caller_account(clients)
         ref.account_id = account
-        cluster = sagemaker.describe_cluster(clients, req.cluster)
+        return sagemaker.describe_cluster(clients, req.cluster), account
     except CredentialsError as exc:
         error = RunError(kind="credentials", message=f"AWS credentials are missing, expired or rejected: {exc}")
-        return _no_obs(build_report(req.node, now, ref, [], coverage(_all_unknown("no usable credentials")), error))
+        return build_report(req.node, now, ref, [], coverage(_all_unknown("no usable credentials")), error)
     except sagemaker.ClusterNotFound as exc:
         names: list[str] = []
         try:
@@ -193,7 +217,7 @@ def triage_with_observation(
             message=f"No HyperPod cluster {req.cluster!r} in {req.region}: {exc}",
             clusters_in_region=names,
         )
-        return _no_obs(build_report(req.node, now, ref, [], coverage(_all_unknown("cluster not found")), error))
+        return build_report(req.node, now, ref, [], coverage(_all_unknown("cluster not found")), error)
     except ApiCallError as exc:
         failure = exc.failure
         if failure.kind == "denied":
@@ -206,23 +230,19 @@ def triage_with_observation(
                 evidence=[failure.message],
                 root_cause=f"The identity running the triage is not allowed to call {failure.action}.",
             )
-            return _no_obs(build_report(req.node, now, ref, [finding], coverage(_all_unknown(failure.describe()))))
+            return build_report(req.node, now, ref, [finding], coverage(_all_unknown(failure.describe())))
         kind = "endpoint" if failure.kind in ("endpoint", "timeout") else "internal"
         error = RunError(kind=kind, message=f"Cannot start the triage: {failure.describe()}")
-        return _no_obs(build_report(req.node, now, ref, [], coverage(_all_unknown(failure.describe())), error))
+        return build_report(req.node, now, ref, [], coverage(_all_unknown(failure.describe())), error)
 
-    if req.probe_only and req.node:
-        return _no_obs(_probe_one_node(req, clients, cluster, now, account, coverage))
-    ref = _cluster_ref(cluster, account)
+
+def _collect(req: TriageRequest, clients: AwsClients, cluster: Cluster, now: datetime) -> ClusterObservation | RunError:
+    """Every observation of the cluster, and on Slurm the controller's view (a session, when probing)."""
     opts = CollectOptions(now=now, scope_node=req.node, event_window=req.event_window, log_window=req.log_window)
     try:
         obs = Collector(clients).collect(cluster, opts)
     except CredentialsError as exc:
-        error = RunError(kind="credentials", message=f"AWS credentials expired during the run: {exc}")
-        return _no_obs(build_report(req.node, now, ref, [], coverage(_all_unknown("credentials expired")), error))
-    if obs.nodes.available and obs.nodes.value is not None:
-        ref.node_count = len(obs.nodes.value)
-    ctx = CheckContext(now=now, scope_node=req.node, event_window=req.event_window, log_window=req.log_window)
+        return RunError(kind="credentials", message=f"AWS credentials expired during the run: {exc}")
     if cluster.orchestrator == "Slurm":
         if not req.probe:
             obs.slurm = Observed.skip("reading Slurm needs a session on the controller, and probing was not asked for")
@@ -235,41 +255,53 @@ def triage_with_observation(
                 timeout=req.probe_options.timeout,
                 documents=req.probe_options.documents,
             )
-    findings, checks = run_checks(obs, ctx)
-    acting: dict[str, str] = {}
-    if req.health is not None:
-        findings += health_event_findings(obs, req.health)
-        checks.append(CheckCoverage(check=HEALTH_EVENT_CHECK, status=CheckStatus.RAN))
-        if req.health.hyperpod_acting:
-            acting[req.health.instance_id] = f"its health agent's repair action is {req.health.repair_action}"
-    probed_nodes: list[str] | None = None
+    return obs
+
+
+def _hyperpods_verdict(
+    req: TriageRequest, obs: ClusterObservation, findings: list[Finding], checks: list[CheckCoverage]
+) -> dict[str, str]:
+    """HyperPod's own verdict on the node (a Node Health Event) beside ours; the nodes it is repairing."""
+    if req.health is None:
+        return {}
+    findings += health_event_findings(obs, req.health)
+    checks.append(CheckCoverage(check=HEALTH_EVENT_CHECK, status=CheckStatus.RAN))
+    if req.health.hyperpod_acting:
+        return {req.health.instance_id: f"its health agent's repair action is {req.health.repair_action}"}
+    return {}
+
+
+def _probe(
+    req: TriageRequest,
+    clients: AwsClients,
+    cluster: Cluster,
+    obs: ClusterObservation,
+    now: datetime,
+    findings: list[Finding],
+    checks: list[CheckCoverage],
+) -> list[str] | None:
+    """The on-node probes (suspects first), their findings and coverage added; the nodes probed."""
     if req.probe and req.probe_options.max_nodes <= 0:
         reason = "no node probes in this run (max 0 nodes): they run separately, in batches"
         checks.append(CheckCoverage(check="probe.session", status=CheckStatus.SKIPPED, reason=reason))
-    elif req.probe and obs.nodes.available and obs.nodes.value is not None:
-        suspects = [f.instance_id for f in findings if f.instance_id and f.is_problem]
-        probed = probe_cluster(
-            clients,
-            cluster,
-            obs.nodes.value,
-            now,
-            focus=req.node,
-            suspects=suspects,
-            controllers=ladder.slurm_controllers(obs),
-            options=replace(req.probe_options, window=req.event_window),
-        )
-        findings += probed.findings
-        checks += probed.coverage
-        probed_nodes = probed.probed
-    else:
+        return None
+    if not (req.probe and obs.nodes.available and obs.nodes.value is not None):
         reason = "not asked for (--no-probe)" if not req.probe else "the node list could not be read"
         checks.append(CheckCoverage(check="probe.session", status=CheckStatus.SKIPPED, reason=reason))
-    findings = ladder.refine(findings, obs, ctx, acting=acting)
-    return build_report(req.node, now, ref, findings, coverage(checks, probed_nodes)), obs
-
-
-def _no_obs(report: TriageReport) -> tuple[TriageReport, ClusterObservation | None]:
-    return report, None
+        return None
+    probed = probe_cluster(
+        clients,
+        cluster,
+        obs.nodes.value,
+        now,
+        focus=req.node,
+        suspects=[f.instance_id for f in findings if f.instance_id and f.is_problem],
+        controllers=ladder.slurm_controllers(obs),
+        options=replace(req.probe_options, window=req.event_window),
+    )
+    findings += probed.findings
+    checks += probed.coverage
+    return probed.probed
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,6 +132,9 @@ def test_sweeps_show_what_each_sweep_could_check(seeded, capsys):
         (["findings", "ack", "--table", TABLE, "--cluster", "c", "--fingerprint", "zz", "--by", "a"], "hex digits"),
         (["findings", "ack", "--table", TABLE, "--cluster", "c", "--fingerprint", "0" * 32, "--by", " "], "--by"),
         (["findings", "history", "--table", TABLE, "--node", NODE, "--limit", "0"], "--limit"),
+        # the same Region rule as triage: an ARN in one Region and --region another is refused
+        (["findings", "list", "--table", TABLE, "--region", "us-east-1", "--cluster",
+          "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcdef123456"], "the cluster ARN is in us-west-2"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(argv, message, capsys, monkeypatch):

@@ -23,11 +23,11 @@ from hyperpod_debugger.lifecycle.findings import (
     State,
     StoredFinding,
     TransitionKind,
+    bounded_evidence,
     fingerprint,
     iso,
     plan_sweep,
     signature,
-    trim_evidence,
 )
 
 ARN = "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcdef123456"
@@ -120,8 +120,8 @@ def test_fingerprint_differs_by_node_check_cluster_and_wording():
 
 
 def test_evidence_is_trimmed_to_twenty_lines_and_four_kilobytes():
-    assert len(trim_evidence([f"line {i}" for i in range(100)])) == EVIDENCE_MAX_LINES
-    big = trim_evidence(["é" * 1000] * 10)
+    assert len(bounded_evidence([f"line {i}" for i in range(100)])) == EVIDENCE_MAX_LINES
+    big = bounded_evidence(["é" * 1000] * 10)
     assert sum(len(line.encode()) for line in big) <= EVIDENCE_MAX_BYTES
     assert big[0] == "é" * 1000
 
@@ -301,3 +301,15 @@ def test_coverage_summary_counts_each_check_once_worst_status_winning():
     plan = sweep({}, [], ran=("a.x", "a.y", "a.y"), skipped=("a.z",), unknown=("a.x",))
     assert plan.coverage.counts() == {"ran": 1, "skipped": 1, "unknown": 1}
     assert plan.coverage.ran == ("a.y",) and plan.coverage.unknown == ("a.x",)
+
+
+def test_one_trim_serves_checks_and_store():
+    from hyperpod_debugger.domain.model import trim_evidence
+
+    # what a check shows: 20 lines and a line saying how many more there were
+    shown = trim_evidence([f"line {i}" for i in range(25)])
+    assert shown[-1] == "… and 5 more" and len(shown) == 21
+    assert trim_evidence(["a", "b"]) == ["a", "b"]
+    # what the store keeps: the same bound, silent, and at most so many bytes (cut at a character)
+    assert bounded_evidence(["é" * 3000, "x"]) == ("é" * (EVIDENCE_MAX_BYTES // 2),)
+

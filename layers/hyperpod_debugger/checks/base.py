@@ -82,8 +82,3 @@ def make_finding(
     )
 
 
-def trim_evidence(lines: list[str], limit: int = 20) -> list[str]:
-    """Keep evidence readable without hiding that more exists."""
-    if len(lines) <= limit:
-        return lines
-    return [*lines[:limit], f"… and {len(lines) - limit} more"]

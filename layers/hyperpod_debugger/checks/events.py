@@ -13,9 +13,9 @@ import re
 from collections import defaultdict
 from textwrap import shorten
 
-from hyperpod_debugger.checks.base import Check, CheckContext, finding, trim_evidence
+from hyperpod_debugger.checks.base import Check, CheckContext, finding
 from hyperpod_debugger.checks.classify import classify
-from hyperpod_debugger.domain.model import Finding, Priority, Tag
+from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import ClusterEvent, ClusterObservation
 from hyperpod_debugger.remediation.suggest import read_only
 

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 
 from hyperpod_debugger.aws.ssm_types import TargetError, session_target
-from hyperpod_debugger.checks.base import Check, CheckContext, finding, trim_evidence
-from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.checks.base import Check, CheckContext, finding
+from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import ClusterObservation, NotApplicable
 from hyperpod_debugger.domain.orchestrators import SlurmObservation
 from hyperpod_debugger.remediation.suggest import mutating, read_only

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from hyperpod_debugger.cli.common import region_for
 from hyperpod_debugger.domain import validate
 from hyperpod_debugger.lifecycle.findings import FINGERPRINT_CHARS, State, StoredFinding
 
@@ -168,14 +169,6 @@ def _fail(message: str, code: int = EXIT_INVALID) -> int:
     return code
 
 
-def _region(args: argparse.Namespace) -> str:
-    from_arn = validate.region_of_arn(args.cluster) if getattr(args, "cluster", None) else None
-    region = args.region or from_arn or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
-    if not region:
-        raise validate.InvalidArgument("no Region: pass --region or set AWS_DEFAULT_REGION")
-    return validate.region(region)
-
-
 def cmd_findings(args: argparse.Namespace) -> int:
     from hyperpod_debugger.aws import sagemaker
     from hyperpod_debugger.aws.clients import AwsClients
@@ -189,7 +182,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
             raise validate.InvalidArgument(f"--table {args.table!r} is not a DynamoDB table name")
         cluster = validate.cluster(args.cluster) if getattr(args, "cluster", None) else None
         node = validate.instance_id(args.node) if getattr(args, "node", None) else None
-        region = _region(args)
+        region = region_for(getattr(args, "cluster", None), args.region)
         if getattr(args, "fingerprint", None) is not None and not _FINGERPRINT.match(args.fingerprint):
             raise validate.InvalidArgument(f"--fingerprint {args.fingerprint!r} is not {FINGERPRINT_CHARS} hex digits")
         if getattr(args, "by", None) is not None and not args.by.strip():

@@ -17,6 +17,7 @@ from importlib.metadata import entry_points
 
 from hyperpod_debugger import __version__
 from hyperpod_debugger.cli import findings as findings_cli
+from hyperpod_debugger.cli.common import region_for
 from hyperpod_debugger.domain import validate
 
 EXIT_INVALID = 2
@@ -155,17 +156,6 @@ def _iso_time(value: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _region(args: argparse.Namespace) -> str:
-    from_arn = validate.region_of_arn(args.cluster)
-    region = args.region or from_arn or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
-    if not region:
-        raise validate.InvalidArgument("no Region: pass --region or set AWS_DEFAULT_REGION")
-    region = validate.region(region)
-    if from_arn and from_arn != region:
-        raise validate.InvalidArgument(f"the cluster ARN is in {from_arn} but --region is {region}")
-    return region
-
-
 def _use_colour(args: argparse.Namespace) -> bool:
     return (
         not args.no_color and sys.stdout.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
@@ -179,7 +169,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
     try:
         cluster = validate.cluster(args.cluster)
-        region = _region(args)
+        region = region_for(args.cluster, args.region)
         node = validate.instance_id(args.node) if args.node else None
     except validate.InvalidArgument as exc:
         print(f"hyperpod-debugger {args.command}: error: {exc}", file=sys.stderr)

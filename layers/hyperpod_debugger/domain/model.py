@@ -253,3 +253,28 @@ class TriageReport(BaseModel):
         if error is not None:
             return 2 if error.kind == "invalid_argument" else 1
         return 1 if any(f.blocks_or_degrades for f in findings) else 0
+
+
+def trim_evidence(
+    lines: list[str] | tuple[str, ...], max_lines: int = 20, *, max_bytes: int | None = None, say_more: bool = True
+) -> list[str]:
+    """Evidence kept readable and bounded, in order: at most ``max_lines`` lines and, with ``max_bytes``,
+    that many UTF-8 bytes (the last line cut at a character). With ``say_more`` a last line says how many
+    lines were left out, so a reader knows more exists (checks say it; the store's bound is silent)."""
+    kept = list(lines)[:max_lines]
+    out: list[str] = []
+    budget = max_bytes
+    for line in kept:
+        if budget is not None:
+            encoded = line.encode()
+            if len(encoded) > budget:
+                if budget > 0:
+                    out.append(encoded[:budget].decode(errors="ignore"))
+                break
+            budget -= len(encoded)
+        out.append(line)
+    left = len(lines) - len(out)
+    if say_more and left > 0 and len(lines) > max_lines:
+        out.append(f"… and {len(lines) - max_lines} more")
+    return out
+

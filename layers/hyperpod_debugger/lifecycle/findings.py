@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from hyperpod_debugger.domain.model import CheckStatus, Finding, Priority, Tag, TriageReport
+from hyperpod_debugger.domain.model import CheckStatus, Finding, Priority, Tag, TriageReport, trim_evidence
 
 HEARTBEAT = timedelta(hours=1)
 EVIDENCE_MAX_LINES = 20
@@ -126,19 +126,9 @@ def parse_iso(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def trim_evidence(lines: list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """At most :data:`EVIDENCE_MAX_LINES` lines and :data:`EVIDENCE_MAX_BYTES` UTF-8 bytes, in order."""
-    out: list[str] = []
-    budget = EVIDENCE_MAX_BYTES
-    for line in list(lines)[:EVIDENCE_MAX_LINES]:
-        encoded = line.encode()
-        if len(encoded) > budget:
-            if budget > 0:
-                out.append(encoded[:budget].decode(errors="ignore"))
-            break
-        out.append(line)
-        budget -= len(encoded)
-    return tuple(out)
+def bounded_evidence(lines: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """What the store keeps: at most :data:`EVIDENCE_MAX_LINES` lines and :data:`EVIDENCE_MAX_BYTES` bytes."""
+    return tuple(trim_evidence(lines, max_lines=EVIDENCE_MAX_LINES, max_bytes=EVIDENCE_MAX_BYTES, say_more=False))
 
 
 @dataclass(frozen=True)
@@ -274,7 +264,7 @@ def _image(fp: str, cluster: str, finding: Finding, now: str, cluster_name: str 
         last_seen=now,
         count=1,
         message=finding.message,
-        evidence=trim_evidence(finding.evidence),
+        evidence=bounded_evidence(finding.evidence),
         suggested_commands=tuple(c.model_dump(mode="json") for c in finding.suggested_commands),
         version=1,
     )
@@ -290,7 +280,7 @@ def _seen_again(previous: StoredFinding, finding: Finding, now: str, state: Stat
         last_seen=now,
         count=previous.count + 1,
         message=finding.message,
-        evidence=trim_evidence(finding.evidence),
+        evidence=bounded_evidence(finding.evidence),
         suggested_commands=tuple(c.model_dump(mode="json") for c in finding.suggested_commands),
         version=previous.version + 1,
         acknowledged_by=previous.acknowledged_by if state is State.ACKNOWLEDGED else None,

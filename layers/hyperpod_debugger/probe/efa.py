@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hyperpod_debugger.checks.base import Check, trim_evidence
-from hyperpod_debugger.domain.model import Finding, Priority, Tag
+from hyperpod_debugger.checks.base import Check
+from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
 from hyperpod_debugger.probe.catalog import spec_for

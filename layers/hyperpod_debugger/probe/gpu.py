@@ -20,8 +20,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hyperpod_debugger.checks.base import Check, trim_evidence
-from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.checks.base import Check
+from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import NotApplicable, Unobservable
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
 from hyperpod_debugger.probe.catalog import InstanceSpec, spec_for
@@ -262,6 +262,21 @@ class GpuSet:
 
 def _gpus(doc: ProbeDocument) -> GpuSet:
     return doc.parsed("probe.gpu.set", lambda: GpuSet(doc))
+
+
+def _gpus_to_judge(
+    doc: ProbeDocument, needs_more: Callable[[GpuSet], Callable[[Gpu], bool]], *, with_remap: bool = False
+) -> tuple[GpuSet, list[Gpu]]:
+    """What every per-GPU check does first: read the GPU set; refuse (UNKNOWN) when none of its sources
+    is usable; fill in from ``nvidia-smi -q`` the GPUs ``needs_more(gs)`` says the CSV left short; refuse
+    when no GPU is listed at all. Returns the set and the GPUs to judge."""
+    gs = _gpus(doc)
+    sources = [gs.csv_src.item, gs.q_src.item, *([gs.remap_src.item] if with_remap else [])]
+    if all(source is None for source in sources):
+        raise gs.unusable()
+    gpus = gs.ensure(needs_more(gs))
+    gs.require_gpus()
+    return gs, gpus
 
 
 def _evidence(gs: GpuSet, facts: list[Fact], extra: list[str] | None = None) -> list[str]:
@@ -534,6 +549,11 @@ def _ecc_state(gs: GpuSet, gpu: Gpu) -> EccState:
     return state
 
 
+def _ecc_needs_more(gs: GpuSet) -> Callable[[Gpu], bool]:
+    complete = gs.csv_has(*_ECC_COLUMNS)
+    return lambda gpu: gpu.row is None or not complete
+
+
 def _ecc_commands() -> list[SuggestedCommand]:
     return [
         _cmd(["nvidia-smi", "-q", "-d", "ECC"], "Show the ECC counters per GPU"),
@@ -544,12 +564,7 @@ def _ecc_commands() -> list[SuggestedCommand]:
 
 def check_gpu_ecc(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     check = "probe.gpu_ecc"
-    gs = _gpus(doc)
-    if gs.csv_src.item is None and gs.q_src.item is None:
-        raise gs.unusable()
-    complete = gs.csv_has(*_ECC_COLUMNS)
-    gpus = gs.ensure(lambda g: g.row is None or not complete)
-    gs.require_gpus()
+    gs, gpus = _gpus_to_judge(doc, _ecc_needs_more)
     states = [_ecc_state(gs, g) for g in gpus]
     judged = [s for s in states if s.judged]
     total = gs.expected_count
@@ -708,6 +723,10 @@ def _remap_state(gpu: Gpu, in_query: bool) -> RemapState:
     return state
 
 
+def _lacks_remap_counts(gpu: Gpu) -> bool:
+    return not (gpu.remap_row and any(gpu.remap_row.raw(f"remapped_rows.{n}") for n in _REMAP_KEYS))
+
+
 def _remap_evidence(gs: GpuSet, states: list[RemapState], *names: str) -> list[str]:
     facts = [s.facts[n] for s in states for n in names if n in s.facts]
     facts += [f for s in states for f in s.repair.values() if f.value]
@@ -731,11 +750,7 @@ def _remap_commands() -> list[SuggestedCommand]:
 
 def check_gpu_row_remap(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     check = "probe.gpu_row_remap"
-    gs = _gpus(doc)
-    if gs.csv_src.item is None and gs.q_src.item is None and gs.remap_src.item is None:
-        raise gs.unusable()
-    gpus = gs.ensure(lambda g: not (g.remap_row and any(g.remap_row.raw(f"remapped_rows.{n}") for n in _REMAP_KEYS)))
-    gs.require_gpus()
+    gs, gpus = _gpus_to_judge(doc, lambda _: _lacks_remap_counts, with_remap=True)
     in_query = gs.csv is not None and any(gs.csv.has(f"remapped_rows.{n}") for n in _REMAP_KEYS)
     states = [_remap_state(g, in_query) for g in gpus]
     judged = [s for s in states if s.facts or s.repair]
@@ -881,6 +896,11 @@ def _thermal_state(gpu: Gpu) -> ThermalState:
     return state
 
 
+def _thermal_needs_more(gs: GpuSet) -> Callable[[Gpu], bool]:
+    complete = gs.csv_has(_THERMAL_COLUMNS[0]) and _reasons_in_csv(gs)
+    return lambda gpu: gpu.row is None or not complete
+
+
 def _celsius(fact: Fact | None) -> float | None:
     return float(fact.value) if fact is not None else None  # type: ignore[arg-type]
 
@@ -894,12 +914,7 @@ def _thermal_commands() -> list[SuggestedCommand]:
 
 def check_gpu_thermal(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     check = "probe.gpu_thermal"
-    gs = _gpus(doc)
-    if gs.csv_src.item is None and gs.q_src.item is None:
-        raise gs.unusable()
-    complete = gs.csv_has(_THERMAL_COLUMNS[0]) and _reasons_in_csv(gs)
-    gpus = gs.ensure(lambda g: g.row is None or not complete)
-    gs.require_gpus()
+    gs, gpus = _gpus_to_judge(doc, _thermal_needs_more)
     states = [_thermal_state(g) for g in gpus]
     judged = [s for s in states if s.judged]
     if not judged:

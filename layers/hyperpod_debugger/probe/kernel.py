@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from hyperpod_debugger.checks.base import Check, trim_evidence
-from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.checks.base import Check
+from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.xid import XidInfo, lookup, parse_xid_codes
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
 from hyperpod_debugger.probe.document import ProbeDocument

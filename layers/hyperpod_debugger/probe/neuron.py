@@ -14,8 +14,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from hyperpod_debugger.checks.base import Check, trim_evidence
-from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.checks.base import Check
+from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
 from hyperpod_debugger.probe.catalog import InstanceSpec, spec_for

@@ -1,0 +1,154 @@
+"""§ B.1: the cluster's subnets and security groups in one VPC (and the EKS cluster's)."""
+
+from __future__ import annotations
+
+from hyperpod_debugger.checks.base import CheckContext, finding
+from hyperpod_debugger.checks.vpc.common import (
+    CHECK_ALIGNMENT,
+    distinct_configs,
+)
+from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
+from hyperpod_debugger.domain.observations import (
+    ClusterObservation,
+)
+from hyperpod_debugger.remediation.suggest import aws_argv, read_only
+
+
+def check_alignment(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
+    """Subnets of one VpcConfig share one VPC, and the config's SGs live in that VPC."""
+    configs = distinct_configs(obs)
+    if not configs:
+        return [
+            finding(
+                obs,
+                CHECK_ALIGNMENT,
+                Tag.WARN,
+                "Cluster has no VpcConfig and no instance-group OverrideVpcConfig; VPC checks cannot run",
+                priority=Priority.P2,
+                section="B.1",
+                root_cause="Without a customer VpcConfig the nodes use the service-managed network, so "
+                "FSx, EFA security-group and private-subnet settings are not under your control.",
+            )
+        ]
+    if not obs.cluster.subnet_ids():
+        return [
+            finding(
+                obs,
+                CHECK_ALIGNMENT,
+                Tag.WARN,
+                "Cluster VpcConfig lists no subnets; VPC alignment cannot be checked",
+                priority=Priority.P2,
+                section="B.1",
+                evidence=[
+                    f"{label}: security groups {', '.join(cfg.security_group_ids) or '-'}" for label, cfg in configs
+                ],
+            )
+        ]
+    subnets = obs.network.subnets.get()
+    sgs = obs.network.security_groups.get()
+    region = obs.cluster.region
+    findings: list[Finding] = []
+
+    for label, cfg in configs:
+        known = [subnets[s] for s in dict.fromkeys(cfg.subnet_ids) if s in subnets]
+        unseen = [s for s in dict.fromkeys(cfg.subnet_ids) if s not in subnets]
+        if unseen:
+            findings.append(
+                finding(
+                    obs,
+                    CHECK_ALIGNMENT,
+                    Tag.UNKNOWN,
+                    f"Subnet(s) {', '.join(unseen)} of {label} were not returned by ec2:DescribeSubnets",
+                    priority=Priority.P2,
+                    section="B.1",
+                    evidence=[f"{s}: not described" for s in unseen],
+                    suggested_commands=[
+                        read_only(
+                            aws_argv("ec2", "describe-subnets", region, "--subnet-ids", *unseen),
+                            "Check whether the subnets still exist.",
+                        )
+                    ],
+                )
+            )
+        vpcs = list(dict.fromkeys(sn.vpc_id for sn in known))
+        subnet_evidence = [f"{sn.subnet_id} {sn.vpc_id}" for sn in known]
+        if len(vpcs) > 1:
+            findings.append(
+                finding(
+                    obs,
+                    CHECK_ALIGNMENT,
+                    Tag.FAIL,
+                    f"Subnets of {label} span {len(vpcs)} VPCs ({', '.join(vpcs)}); they must share one VPC",
+                    priority=Priority.P0,
+                    section="B.1",
+                    evidence=subnet_evidence,
+                    root_cause="A HyperPod VpcConfig places every node of its groups in one VPC; subnets "
+                    "from different VPCs cannot be used together.",
+                    suggested_commands=[
+                        read_only(
+                            aws_argv(
+                                "ec2",
+                                "describe-subnets",
+                                region,
+                                "--subnet-ids",
+                                *(sn.subnet_id for sn in known),
+                            ),
+                            "Show which VPC each subnet belongs to.",
+                        )
+                    ],
+                )
+            )
+            continue
+        if not vpcs:
+            continue
+        vpc_id = vpcs[0]
+        wrong = [
+            sgs[g]
+            for g in dict.fromkeys(cfg.security_group_ids)
+            if g in sgs and sgs[g].vpc_id is not None and sgs[g].vpc_id != vpc_id
+        ]
+        if wrong:
+            findings.append(
+                finding(
+                    obs,
+                    CHECK_ALIGNMENT,
+                    Tag.FAIL,
+                    f"Security group(s) {', '.join(sg.group_id for sg in wrong)} of {label} are not in "
+                    f"{vpc_id}, the VPC of its subnets",
+                    priority=Priority.P0,
+                    section="B.1",
+                    evidence=[*subnet_evidence, *(f"{sg.group_id} {sg.vpc_id}" for sg in wrong)],
+                    root_cause="A security group can only be attached to network interfaces in its own VPC; "
+                    "nodes cannot launch with a security group from another VPC.",
+                    suggested_commands=[
+                        read_only(
+                            aws_argv(
+                                "ec2",
+                                "describe-security-groups",
+                                region,
+                                "--group-ids",
+                                *(sg.group_id for sg in wrong),
+                            ),
+                            "Show the VPC of each security group.",
+                        )
+                    ],
+                )
+            )
+
+    if not findings:
+        lines = [
+            f"{label}: {', '.join(dict.fromkeys(subnets[s].vpc_id for s in cfg.subnet_ids))} "
+            f"subnets={','.join(cfg.subnet_ids)} sgs={','.join(cfg.security_group_ids)}"
+            for label, cfg in configs
+        ]
+        findings.append(
+            finding(
+                obs,
+                CHECK_ALIGNMENT,
+                Tag.PASS,
+                "Subnets and security groups of every VpcConfig share one VPC",
+                section="B.1",
+                evidence=trim_evidence(lines),
+            )
+        )
+    return findings
