@@ -19,8 +19,13 @@ $(STAMP): pyproject.toml sim/pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	$(BIN)/python -m hyperpod_debugger.cli demo
 
+# The gates, then the whole suite (CONTRIBUTING.md lists them).
+SOURCES := layers sim tests bench functions infra
+
 test: $(STAMP)
-	$(BIN)/ruff check layers sim tests bench functions infra
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 unit: $(STAMP)
@@ -32,14 +37,14 @@ integration: $(STAMP)
 e2e: $(STAMP)
 	$(BIN)/python -m pytest -q tests/e2e
 
+# Every benchmark runs and prints its figures; the exit status is non-zero at the end if any missed.
 bench: $(STAMP)
-	$(BIN)/python bench/triage_bench.py --nodes 20000
-	$(BIN)/python bench/probe_bench.py --documents 20000
-	$(BIN)/python bench/ssm_bench.py --nodes 300 --rate 50 --delay 0.5
-	$(BIN)/python bench/monitor_bench.py --nodes 1000
+	$(BIN)/python bench/run_all.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check layers sim tests bench functions infra
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
+	$(BIN)/mypy
 
 schema: $(STAMP)
 	$(BIN)/hyperpod-debugger schema > references/triage-report.schema.json

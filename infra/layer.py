@@ -32,8 +32,20 @@ def build_layer(out: pathlib.Path, *, python: str = sys.executable) -> pathlib.P
     target = out / "python"
     subprocess.run(
         [
-            *pip, "install", "--quiet", "--no-compile", "--platform", PLATFORM, "--implementation", "cp",
-            "--python-version", PYTHON_VERSION, "--only-binary=:all:", "-t", str(target), f"{wheel}[lambda]",
+            *pip,
+            "install",
+            "--quiet",
+            "--no-compile",
+            "--platform",
+            PLATFORM,
+            "--implementation",
+            "cp",
+            "--python-version",
+            PYTHON_VERSION,
+            "--only-binary=:all:",
+            "-t",
+            str(target),
+            f"{wheel}[lambda]",
         ],
         check=True,
     )

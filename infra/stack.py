@@ -131,7 +131,9 @@ class HyperPodDebuggerStack(cdk.Stack):
         )
         self.hma_subscription = self._build_hma_subscription(allowlist, retention)
         self.sessions = SessionAccess(
-            self, "SessionAccess", mode=str(_context_value(self, c.CTX_SESSION_DOCUMENTS, "pinned"))  # type: ignore[arg-type]
+            self,
+            "SessionAccess",
+            mode=str(_context_value(self, c.CTX_SESSION_DOCUMENTS, "pinned")),  # type: ignore[arg-type]
         )
         for function in self.probing_functions:
             self.sessions.grant(function)

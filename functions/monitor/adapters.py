@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from botocore.exceptions import BotoCoreError, ClientError
 
+from functions.monitor.logic import outbox
 from functions.monitor.logic.outbox import ChannelError, OutboxMessage
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.notify.slack import DeliveryError, post_to_webhook
@@ -267,3 +268,39 @@ def dead_letter(clients: AwsClients, queue_url: str, body: str, *, group: str, d
         )
     except (ClientError, BotoCoreError) as exc:
         raise ChannelError(f"dead-letter queue: {type(exc).__name__}") from None
+
+
+class AwsCourierPorts:
+    """The courier's ports on AWS: the channels (one Slack attempt each), the outbox's backoff, its
+    dead-letter queue, and the invocation's clock."""
+
+    def __init__(
+        self,
+        aws: AwsClients,
+        *,
+        secret_name: str | None,
+        topic_arn: str | None,
+        slack_timeout: float,
+        outbox_url: str,
+        dlq_url: str,
+        remaining_ms: Callable[[], float],
+    ) -> None:
+        self._aws = aws
+        self._dlq_url = dlq_url
+        self._remaining_ms = remaining_ms
+        self._channels = AwsChannels(
+            aws, secret_name=secret_name, topic_arn=topic_arn, slack_attempts=1, slack_timeout=slack_timeout
+        )
+        self._outbox = SqsOutbox(aws, outbox_url)
+
+    def send(self, message: OutboxMessage) -> None:
+        outbox.send(message, self._channels)
+
+    def backoff(self, receipt_handle: str, seconds: int) -> None:
+        self._outbox.backoff(receipt_handle, seconds)
+
+    def dead_letter(self, body: str, *, group: str, dedup: str, reason: str) -> None:
+        dead_letter(self._aws, self._dlq_url, body, group=group, dedup=dedup, reason=reason)
+
+    def remaining_s(self) -> float:
+        return float(self._remaining_ms()) / 1000

@@ -282,7 +282,7 @@ def signals_from_payload(payload: SubscriptionPayload, *, region: str, partition
     signals = []
     for name in sorted(by_node):
         found = by_node[name]
-        codes = [code for _, record_codes, _ in found for code in record_codes]
+        node_codes = [code for _, record_codes, _ in found for code in record_codes]
         words = [word for _, _, record_words in found for word in record_words]
         signals.append(
             ClusterSignal(
@@ -290,7 +290,7 @@ def signals_from_payload(payload: SubscriptionPayload, *, region: str, partition
                 cluster_arn=arn,
                 region=region,
                 node=name,
-                reason=_reason(codes, words, len(found)),
+                reason=_reason(node_codes, words, len(found)),
             )
         )
     dropped = None

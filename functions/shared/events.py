@@ -14,8 +14,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
+from aws_lambda_powertools.utilities.parser.models import (
+    DynamoDBStreamChangedRecordModel,
+    DynamoDBStreamRecordModel,
+    EventBridgeModel,
+)
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from hyperpod_debugger.domain import eventbridge
 
@@ -145,6 +150,43 @@ class ProbeBatch(BaseModel):
     cluster_name: str = ""
     sweep_id: str = ""
     nodes: list[dict[str, Any]] = Field(min_length=1, max_length=500)
+
+
+# --- the findings table's stream (what the DynamoDB event source hands the notifier) ---------
+
+
+_DESERIALIZER = TypeDeserializer()
+
+
+class StreamImages(DynamoDBStreamChangedRecordModel):
+    """Powertools' model of a record's ``dynamodb`` part, with the images read into plain values.
+
+    The parent's validator assumes a map; here an image that is not one, or an attribute value
+    DynamoDB could not have written, is a validation error with its reason (the record is set aside).
+    """
+
+    @field_validator("Keys", "NewImage", "OldImage", mode="before")
+    @classmethod
+    def deserialize_field(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise ValueError(f"is a {type(value).__name__}, not a map")
+        try:
+            return {key: _DESERIALIZER.deserialize(typed) for key, typed in value.items()}
+        except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError) as exc:
+            raise ValueError(f"an attribute is not a DynamoDB value ({type(exc).__name__})") from None
+
+
+class StreamRecord(DynamoDBStreamRecordModel):
+    """One DynamoDB stream record, as Lambda's event source delivers it."""
+
+    dynamodb: StreamImages
+
+
+def parse_stream_record(raw: Any) -> StreamRecord:
+    """Raises ``pydantic.ValidationError`` for a record that is not a DynamoDB stream record."""
+    return StreamRecord.model_validate(raw)
 
 
 HyperPodEvent = Annotated[ClusterEvent | ClusterStateChange | NodeHealthEvent, Field(discriminator="detail_type")]

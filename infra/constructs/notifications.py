@@ -278,9 +278,7 @@ class Notifications(Construct):
             ],
         )
         courier.function.add_event_source(
-            event_sources.SqsEventSource(
-                self.outbox, batch_size=OUTBOX_BATCH_SIZE, report_batch_item_failures=True
-            )
+            event_sources.SqsEventSource(self.outbox, batch_size=OUTBOX_BATCH_SIZE, report_batch_item_failures=True)
         )
         return courier
 

@@ -214,9 +214,7 @@ class Sweep(Construct):
 
     def _build_definition(self) -> sfn.IChainable:
         first_page = self._list_clusters("ListClusters", {"MaxResults": 100})
-        next_page = self._list_clusters(
-            "ListMoreClusters", {"MaxResults": 100, "NextToken.$": "$.page.NextToken"}
-        )
+        next_page = self._list_clusters("ListMoreClusters", {"MaxResults": 100, "NextToken.$": "$.page.NextToken"})
         each_cluster = sfn.Map(
             self,
             "EachCluster",

@@ -68,7 +68,7 @@ def build_report(
         coverage=coverage,
         summary=TriageReport.summarise(findings),
         error=error,
-        exit_code=TriageReport.exit_code_for(findings, error),  # type: ignore[arg-type]
+        exit_code=TriageReport.exit_code_for(findings, error),
     )
 
 

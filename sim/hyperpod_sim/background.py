@@ -11,8 +11,9 @@ POLL_INTERVAL = 0.05
 
 def serve_in_background(server: socketserver.BaseServer, name: str) -> threading.Thread:
     """Start serving on a daemon thread named ``name``; returns the thread for :func:`stop_serving`."""
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_INTERVAL}, name=name,
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": POLL_INTERVAL}, name=name, daemon=True
+    )
     thread.start()
     return thread
 

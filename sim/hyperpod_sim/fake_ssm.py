@@ -1009,8 +1009,14 @@ class FakeSsm:
             found = self._documents.get(name) if isinstance(name, str) else None
         if found is None:
             raise _ApiError("InvalidDocument", f"Document {name} does not exist in your account")
-        return {"Name": name, "DocumentType": "Session", "DocumentFormat": "JSON", "DocumentVersion": "1",
-                "Status": "Active", "Content": json.dumps(found[0])}
+        return {
+            "Name": name,
+            "DocumentType": "Session",
+            "DocumentFormat": "JSON",
+            "DocumentVersion": "1",
+            "Status": "Active",
+            "Content": json.dumps(found[0]),
+        }
 
     def document_tags(self, name: str) -> dict[str, str]:
         with self._lock:

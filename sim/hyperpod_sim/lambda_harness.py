@@ -215,9 +215,7 @@ def create_idempotency_table(clients: AwsClients, name: str) -> None:
         AttributeDefinitions=[{"AttributeName": IDEMPOTENCY_KEY, "AttributeType": "S"}],
         KeySchema=[{"AttributeName": IDEMPOTENCY_KEY, "KeyType": "HASH"}],
     )
-    ddb.update_time_to_live(
-        TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": IDEMPOTENCY_TTL}
-    )
+    ddb.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": IDEMPOTENCY_TTL})
 
 
 def create_session_documents(clients: AwsClients, names: Mapping[str, str] = SESSION_DOCUMENT_NAMES) -> dict[str, str]:
@@ -362,8 +360,12 @@ class SqsEventSource:
                     "body": m["Body"],
                     "attributes": dict(m.get("Attributes") or {}),
                     "messageAttributes": {
-                        k: {"stringValue": v.get("StringValue"), "stringListValues": [], "binaryListValues": [],
-                            "dataType": v.get("DataType")}
+                        k: {
+                            "stringValue": v.get("StringValue"),
+                            "stringListValues": [],
+                            "binaryListValues": [],
+                            "dataType": v.get("DataType"),
+                        }
                         for k, v in (m.get("MessageAttributes") or {}).items()
                     },
                     "md5OfBody": m.get("MD5OfBody"),
@@ -538,7 +540,11 @@ class MonitorHarness:
     _outbox: SqsEventSource | None = None
 
     def invoke(
-        self, handler: Callable[[Any, Any], Any], event: Any, *, function_name: str | None = None,
+        self,
+        handler: Callable[[Any, Any], Any],
+        event: Any,
+        *,
+        function_name: str | None = None,
         timeout_s: float = 300,
     ) -> Any:
         """Call ``handler(event, context)`` as Lambda would, with its Powertools output captured."""

@@ -252,8 +252,11 @@ def cluster_event(demo: Demo, *, level: str | None, description_part: str) -> di
     cluster = demo.eks
     sagemaker = AwsClients(REGION, max_attempts=1).client("sagemaker")
     summaries = sagemaker.list_cluster_events(ClusterName=cluster.arn, MaxResults=100)["Events"]
-    summary = next(e for e in summaries if description_part in (e.get("Description") or "") and
-                   (level is None or e.get("EventLevel") == level))
+    summary = next(
+        e
+        for e in summaries
+        if description_part in (e.get("Description") or "") and (level is None or e.get("EventLevel") == level)
+    )
     detail = sagemaker.describe_cluster_event(ClusterName=cluster.arn, EventId=summary["EventId"])["EventDetails"]
     when = detail["EventTime"]
     details = {k: v for k, v in detail.items() if k != "EventTime"}

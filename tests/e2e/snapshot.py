@@ -52,7 +52,12 @@ def demo(*args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     result = subprocess.run(
         [sys.executable, "-m", "hyperpod_debugger.cli", "demo", "--no-color", *args],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+        check=True,
     )
     return normalise(result.stdout)
 

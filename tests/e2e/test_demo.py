@@ -111,13 +111,18 @@ def test_the_demo_shows_the_ladder_and_iac_ownership(demo_output):
 def test_the_demo_probes_its_nodes_through_the_fake_session_manager(demo_output):
     # on-node findings, per node, from probe.sh's documents carried over the SSM data channel
     assert demo_output.count("-- node i-") >= 5
-    pointed = set(re.findall(r"^\[(?:FAIL|WARN)\] P\d .* → references/node-diagnostics-detail\.md § (\S+)$",
-                             demo_output, re.M))
+    pointed = set(
+        re.findall(r"^\[(?:FAIL|WARN)\] P\d .* → references/node-diagnostics-detail\.md § (\S+)$", demo_output, re.M)
+    )
     assert {"G.1", "G.1.a", "I.2", "H"} <= pointed
     assert "7 of 8 GPUs visible to nvidia-smi" in demo_output
     # a node the service cannot reach is UNKNOWN in § K, never a hardware verdict
-    assert re.search(r"^\[UNKNOWN\] P1 Could not probe node i-\w+ \(UNREACHABLE\).* → references/"
-                     r"node-diagnostics-detail\.md § K$", demo_output, re.M)
+    assert re.search(
+        r"^\[UNKNOWN\] P1 Could not probe node i-\w+ \(UNREACHABLE\).* → references/"
+        r"node-diagnostics-detail\.md § K$",
+        demo_output,
+        re.M,
+    )
 
 
 def test_the_demo_shows_orchestrator_findings(demo_output):
@@ -135,7 +140,9 @@ def test_the_demo_walks_the_monitor_path_through_the_lambda_handlers(demo_output
     monitor = demo_output[demo_output.index("MONITOR:") :]
     # 1. the EventBridge event goes to the real event handler: processed, NEW findings in the store
     assert '"detail-type": "SageMaker HyperPod Cluster Node Health Event"' in monitor
-    handled = re.search(r"^   event_handler → status=processed, transitions: NEW ×(\d+) \(a triage scoped to i-[0-9a-f]+", monitor, re.M)
+    handled = re.search(
+        r"^   event_handler → status=processed, transitions: NEW ×(\d+) \(a triage scoped to i-[0-9a-f]+", monitor, re.M
+    )
     assert handled and int(handled.group(1)) > 0
     # 2. the stream notifier posted to the Slack sink and published emails that came back through SQS
     sent = re.search(
@@ -163,16 +170,22 @@ def test_the_demo_walks_the_monitor_path_through_the_lambda_handlers(demo_output
     # EventBridge), reaches the handler and Slack; an Info event fires no rule
     step4 = monitor[monitor.index("\n4. ") : monitor.index("\n5. ")]
     assert re.search(r"^   Info: .* → no rule \(an Info event needs no triage\)$", step4, re.M)
-    assert re.search(r"^   Error: Instance lifecycle script execution .* → the 'SageMaker HyperPod Cluster Event' rule$",
-                     step4, re.M)
+    assert re.search(
+        r"^   Error: Instance lifecycle script execution .* → the 'SageMaker HyperPod Cluster Event' rule$", step4, re.M
+    )
     assert '"EventDetails": {' in step4 and '"EventLevel": "Error"' in step4 and '"account": ' in step4
     handled = re.search(r"^   event_handler → status=processed, transitions: NEW ×(\d+) \(triages run: 1;", step4, re.M)
     assert handled and int(handled.group(1)) > 0
     delivered = re.search(r"the courier delivered (\d+) Slack message\(s\) and (\d+) email\(s\)", step4)
     assert delivered and int(delivered.group(1)) > 0
-    assert re.search(r"^  │ 🟠 New P1: Node i-[0-9a-f]+ \(gpu-workers, ml\.p5\.48xlarge\) is in Failure: lifecycle", step4, re.M)
+    assert re.search(
+        r"^  │ 🟠 New P1: Node i-[0-9a-f]+ \(gpu-workers, ml\.p5\.48xlarge\) is in Failure: lifecycle", step4, re.M
+    )
     # 5. the operator fixes a problem with the suggested command
-    assert "The operator runs the suggested command themselves (this tool never does): aws ec2 modify-vpc-attribute" in monitor
+    assert (
+        "The operator runs the suggested command themselves (this tool never does): aws ec2 modify-vpc-attribute"
+        in monitor
+    )
     # 6. the sweep through the handlers resolves exactly that finding; Slack and email say so
     sweep = monitor[monitor.index("\n6. ") :]
     assert re.search(r"^   sweep_cluster → status=processed", sweep, re.M)

@@ -226,10 +226,13 @@ def test_the_allowlist_reaches_the_log_function(tmp_path_factory):
     template.resource_count_is("AWS::Logs::SubscriptionFilter", 1)
 
 
-@pytest.mark.parametrize(("metric", "namespace"), [("LogPayloadsRejected", c.METRICS_NAMESPACE), ("Errors", "AWS/Lambda")])
+@pytest.mark.parametrize(
+    ("metric", "namespace"), [("LogPayloadsRejected", c.METRICS_NAMESPACE), ("Errors", "AWS/Lambda")]
+)
 def test_rejected_or_failed_deliveries_raise_an_alarm(with_groups: Template, metric, namespace):
     alarms = [
-        a for a in with_groups.find_resources("AWS::CloudWatch::Alarm").values()
+        a
+        for a in with_groups.find_resources("AWS::CloudWatch::Alarm").values()
         if a["Properties"].get("MetricName") == metric and a["Properties"].get("Namespace") == namespace
     ]
     assert any("log-subscription" in a["Properties"]["AlarmDescription"] for a in alarms)

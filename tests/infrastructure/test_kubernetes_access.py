@@ -33,14 +33,19 @@ def test_each_triaging_role_gets_a_cluster_scoped_view_entry_on_each_eks_cluster
         assert props["Type"] == "STANDARD"
         [policy] = props["AccessPolicies"]
         assert policy["AccessScope"] == {"Type": "cluster"}
-        assert policy["PolicyArn"]["Fn::Join"][1][-1].endswith(":eks::aws:cluster-access-policy/AmazonEKSAdminViewPolicy")
+        assert policy["PolicyArn"]["Fn::Join"][1][-1].endswith(
+            ":eks::aws:cluster-access-policy/AmazonEKSAdminViewPolicy"
+        )
         pairs.add((props["ClusterName"], props["PrincipalArn"]["Fn::GetAtt"][0]))
     assert pairs == {(c, r) for c in ("ml-eks-prod-eks", "second_cluster") for r in triaging}
     assert len(entries) == 6
 
 
 def test_probe_and_notifier_roles_get_no_kubernetes_access(with_eks: Template):
-    principals = {e["Properties"]["PrincipalArn"]["Fn::GetAtt"][0] for e in with_eks.find_resources("AWS::EKS::AccessEntry").values()}
+    principals = {
+        e["Properties"]["PrincipalArn"]["Fn::GetAtt"][0]
+        for e in with_eks.find_resources("AWS::EKS::AccessEntry").values()
+    }
     assert _role_of(with_eks, "SweepProbeBatch") not in principals
     assert _role_of(with_eks, "NotificationsStreamNotifier") not in principals
 
@@ -49,7 +54,9 @@ def test_no_eks_clusters_no_access_entries(template: Template):
     assert template.find_resources("AWS::EKS::AccessEntry") == {}
 
 
-@pytest.mark.parametrize("bad", ["arn:aws:eks:us-west-2:111122223333:cluster/x", "-leading-dash", "has space", "x" * 101])
+@pytest.mark.parametrize(
+    "bad", ["arn:aws:eks:us-west-2:111122223333:cluster/x", "-leading-dash", "has space", "x" * 101]
+)
 def test_an_entry_that_is_not_an_eks_cluster_name_stops_the_synth(bad):
     with pytest.raises(ValueError, match="eksClusters"):
         validate_eks_clusters([bad])

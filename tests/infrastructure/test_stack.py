@@ -91,7 +91,8 @@ def test_failed_invocations_of_the_event_handler_are_kept(template: Template):
         },
     )
     (handler,) = [
-        f for f in template.find_resources("AWS::Lambda::Function").values()
+        f
+        for f in template.find_resources("AWS::Lambda::Function").values()
         if f["Properties"]["Handler"] == c.EVENT_HANDLER
     ]
     url = handler["Properties"]["Environment"]["Variables"]["UNPROCESSED_QUEUE_URL"]
@@ -323,7 +324,9 @@ def test_schedule_interval_refuses_what_the_rotation_cannot_plan_from(expression
 
 def test_notifier_wakes_only_for_finding_items(template: Template):
     (mapping,) = [
-        m for m in template.find_resources("AWS::Lambda::EventSourceMapping").values() if "FilterCriteria" in m["Properties"]
+        m
+        for m in template.find_resources("AWS::Lambda::EventSourceMapping").values()
+        if "FilterCriteria" in m["Properties"]
     ]
     [criterion] = mapping["Properties"]["FilterCriteria"]["Filters"]
     assert json.loads(criterion["Pattern"]) == {"dynamodb": {"NewImage": {"item_type": {"S": ["FINDING"]}}}}
@@ -410,8 +413,10 @@ def test_dlq_depth_alarm_notifies_the_topic(template: Template):
 
 def test_only_the_courier_reads_the_slack_secret(template: Template):
     readers = {
-        k for k, p in template.find_resources("AWS::IAM::Policy").items()
-        for st in p["Properties"]["PolicyDocument"]["Statement"] if "secretsmanager:GetSecretValue" in _actions(st)
+        k
+        for k, p in template.find_resources("AWS::IAM::Policy").items()
+        for st in p["Properties"]["PolicyDocument"]["Statement"]
+        if "secretsmanager:GetSecretValue" in _actions(st)
     }
     assert readers and all(k.startswith("NotificationsCourier") for k in readers)
     statements = [
@@ -426,7 +431,9 @@ def test_only_the_courier_reads_the_slack_secret(template: Template):
     arn_tail = statements[0]["Resource"]["Fn::Join"][1][-1]
     assert arn_tail == f":secret:{c.DEFAULT_SLACK_SECRET_NAME}-??????"
     (courier,) = [
-        f for f in template.find_resources("AWS::Lambda::Function").values() if f["Properties"]["Handler"] == c.COURIER_HANDLER
+        f
+        for f in template.find_resources("AWS::Lambda::Function").values()
+        if f["Properties"]["Handler"] == c.COURIER_HANDLER
     ]
     assert courier["Properties"]["Environment"]["Variables"]["SLACK_SECRET_NAME"] == c.DEFAULT_SLACK_SECRET_NAME
 
@@ -471,7 +478,12 @@ def test_undeliverable_or_waiting_alerts_raise_an_alarm(template: Template, metr
             "MetricName": metric,
             "Namespace": "AWS/SQS",
             "Threshold": threshold,
-            "Dimensions": [{"Name": "QueueName", "Value": {"Fn::GetAtt": [Match.string_like_regexp("NotificationsOutbox"), "QueueName"]}}],
+            "Dimensions": [
+                {
+                    "Name": "QueueName",
+                    "Value": {"Fn::GetAtt": [Match.string_like_regexp("NotificationsOutbox"), "QueueName"]},
+                }
+            ],
             "AlarmActions": [{"Ref": Match.string_like_regexp("AlertTopic")}],
         },
     )
@@ -643,7 +655,9 @@ def test_context_drives_concurrency_schedule_allowlist_and_subscriptions(customi
         "AWS::Lambda::Function",
         {
             "Handler": c.PROBE_BATCH_HANDLER,
-            "Environment": {"Variables": Match.object_like({"START_SESSION_RATE": "1.167", "SWEEP_INTERVAL_S": "3600"})},
+            "Environment": {
+                "Variables": Match.object_like({"START_SESSION_RATE": "1.167", "SWEEP_INTERVAL_S": "3600"})
+            },
         },
     )
     customized.has_resource_properties("AWS::Events::Rule", {"ScheduleExpression": "rate(1 hour)"})

@@ -59,7 +59,9 @@ DF_FULL = (
     "Filesystem     1024-blocks      Used Available Capacity Mounted on\n"
     "/dev/nvme0n1p1     104857600  99614720   5242880      95% /\n"
 )
-FINDMNT_ROOT = json.dumps({"filesystems": [{"target": "/", "source": "/dev/nvme0n1p1", "fstype": "xfs", "size": "100G"}]})
+FINDMNT_ROOT = json.dumps(
+    {"filesystems": [{"target": "/", "source": "/dev/nvme0n1p1", "fstype": "xfs", "size": "100G"}]}
+)
 PANIC_PREVIOUS_BOOT = (
     "2026-11-30T03:14:15.926535+00:00 ip-10-1-2-3 kernel: Kernel panic - not syncing: Fatal exception in interrupt\n"
 )
@@ -76,17 +78,29 @@ SCENARIOS = {
     "G.1.a": ("ml.p5.48xlarge", None, {"nvidia_smi_remapped_rows": REMAP_PENDING}),
     "G.1.b": ("ml.p5.48xlarge", None, {"dcgmi_health": DCGM_FAIL}),
     "G.2": ("ml.trn1.32xlarge", None, {"neuron_ls": NEURON_TABLE_TWO}),
-    "A": ("ml.p5.48xlarge", None, {"efa_module": "2.13.0g\n", "efa_devices": "rdmap16s27\nrdmap17s27\n",
-                                  "fi_info_efa": "provider: efa\n    fabric: efa\n"}),
+    "A": (
+        "ml.p5.48xlarge",
+        None,
+        {
+            "efa_module": "2.13.0g\n",
+            "efa_devices": "rdmap16s27\nrdmap17s27\n",
+            "fi_info_efa": "provider: efa\n    fabric: efa\n",
+        },
+    ),
     "I.2": ("ml.p5.48xlarge", None, {"df": DF_FULL, "findmnt": FINDMNT_ROOT}),
     "I.5": ("ml.p5.48xlarge", None, {"chronyc_tracking": CHRONY_UNSYNCED}),
     "N": ("ml.p5.48xlarge", None, {"kernel_log_previous_boot": PANIC_PREVIOUS_BOOT, "kernel_log": ""}),
-    "K": ("ml.p5.48xlarge", None, {"systemctl_is_active": "amazon-ssm-agent inactive\n"
-                                   "snap.amazon-ssm-agent.amazon-ssm-agent inactive\n"}),
-    "M": ("ml.p5.48xlarge", "eks", {"systemctl_is_active": "amazon-ssm-agent active\ncontainerd inactive\n"
-                                    "kubelet active\n"}),
-    "H": ("ml.p5.48xlarge", "slurm", {"systemctl_is_active": "amazon-ssm-agent active\nslurmd failed\n"
-                                      "munge active\n"}),
+    "K": (
+        "ml.p5.48xlarge",
+        None,
+        {"systemctl_is_active": "amazon-ssm-agent inactive\nsnap.amazon-ssm-agent.amazon-ssm-agent inactive\n"},
+    ),
+    "M": (
+        "ml.p5.48xlarge",
+        "eks",
+        {"systemctl_is_active": "amazon-ssm-agent active\ncontainerd inactive\nkubelet active\n"},
+    ),
+    "H": ("ml.p5.48xlarge", "slurm", {"systemctl_is_active": "amazon-ssm-agent active\nslurmd failed\nmunge active\n"}),
 }
 
 
@@ -96,8 +110,9 @@ def _probe_json(tmp_path: pathlib.Path, items: dict[str, str]) -> pathlib.Path:
         "hostname": "ip-10-1-2-3",
         "collected_at": NOW,
         "uptime_s": 86400.0,
-        "items": {k: {"command": k, "exit_code": 0, "stdout": v, "stderr": "", "truncated": False}
-                  for k, v in items.items()},
+        "items": {
+            k: {"command": k, "exit_code": 0, "stdout": v, "stderr": "", "truncated": False} for k, v in items.items()
+        },
     }
     path = tmp_path / "probe.json"
     path.write_text(json.dumps(doc))
@@ -107,8 +122,16 @@ def _probe_json(tmp_path: pathlib.Path, items: dict[str, str]) -> pathlib.Path:
 @pytest.mark.parametrize("section", sorted(SCENARIOS))
 def test_each_fault_is_reported_in_its_section(section, tmp_path, capsys):
     instance_type, orchestrator, items = SCENARIOS[section]
-    argv = ["analyze", "--probe-output", str(_probe_json(tmp_path, items)), "--instance-type", instance_type,
-            "--json", "--now", NOW]
+    argv = [
+        "analyze",
+        "--probe-output",
+        str(_probe_json(tmp_path, items)),
+        "--instance-type",
+        instance_type,
+        "--json",
+        "--now",
+        NOW,
+    ]
     if orchestrator:
         argv += ["--orchestrator", orchestrator]
     code = main(argv)
@@ -122,8 +145,9 @@ def test_each_fault_is_reported_in_its_section(section, tmp_path, capsys):
 def test_raw_dir_with_missing_tools_skips_instead_of_failing(tmp_path, capsys):
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "df.txt").write_text("Filesystem 1024-blocks Used Available Capacity Mounted on\n"
-                                "/dev/nvme0n1p1 104857600 10485760 94371840 10% /\n")
+    (raw / "df.txt").write_text(
+        "Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/nvme0n1p1 104857600 10485760 94371840 10% /\n"
+    )
     (raw / "findmnt.txt").write_text(FINDMNT_ROOT)
     code = main(["analyze", "--raw-dir", str(raw), "--instance-type", "ml.p5.48xlarge", "--json", "--now", NOW])
     report = json.loads(capsys.readouterr().out)
@@ -134,9 +158,26 @@ def test_raw_dir_with_missing_tools_skips_instead_of_failing(tmp_path, capsys):
 
 def test_node_commands_are_filled_in_when_the_node_is_named(tmp_path, capsys):
     path = _probe_json(tmp_path, {"nvidia_smi_query_gpu": gpu_rows(7)})
-    main(["analyze", "--probe-output", str(path), "--instance-type", "ml.p5.48xlarge", "--json", "--now", NOW,
-          "--instance-id", "i-0123456789abcdef0", "--cluster", "ml-eks-prod", "--region", "us-west-2",
-          "--orchestrator", "eks"])
+    main(
+        [
+            "analyze",
+            "--probe-output",
+            str(path),
+            "--instance-type",
+            "ml.p5.48xlarge",
+            "--json",
+            "--now",
+            NOW,
+            "--instance-id",
+            "i-0123456789abcdef0",
+            "--cluster",
+            "ml-eks-prod",
+            "--region",
+            "us-west-2",
+            "--orchestrator",
+            "eks",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     [count] = [f for f in report["findings"] if f["check"] == "probe.gpu_count"]
     commands = [c["command"] for c in count["suggested_commands"]]

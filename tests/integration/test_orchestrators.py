@@ -46,8 +46,9 @@ def world(_world, monkeypatch):
 
 
 def _triage(name, now, probe=True, **kw):
-    return run_triage(TriageRequest(cluster=name, region=scenarios.REGION, now=now, probe=probe, probe_options=FAST,
-                                    **kw))
+    return run_triage(
+        TriageRequest(cluster=name, region=scenarios.REGION, now=now, probe=probe, probe_options=FAST, **kw)
+    )
 
 
 def _problems(report, prefix):

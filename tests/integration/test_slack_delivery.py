@@ -47,8 +47,13 @@ def assert_url_not_logged(caplog: pytest.LogCaptureFixture, url: str) -> None:
 def test_a_rendered_message_is_delivered(sink, sleep, caplog):
     caplog.set_level(logging.DEBUG)
     finding = Finding(
-        tag=Tag.FAIL, priority=Priority.P0, check="probe.gpu.xid", section="G.1", message="GPU fell off the bus",
-        instance_id="i-0123456789abcdef0", evidence=["Xid 79 <gpu0>"] * 5000,
+        tag=Tag.FAIL,
+        priority=Priority.P0,
+        check="probe.gpu.xid",
+        section="G.1",
+        message="GPU fell off the bus",
+        instance_id="i-0123456789abcdef0",
+        evidence=["Xid 79 <gpu0>"] * 5000,
     )
     t = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     payload = slack_message(
@@ -86,8 +91,9 @@ def test_a_429_without_retry_after_backs_off(sink, sleep):
 def test_a_400_is_not_retried(sink, sleep, caplog):
     caplog.set_level(logging.DEBUG)
     with pytest.raises(DeliveryError) as info:
-        post_to_webhook(sink.url, {"blocks": [{"type": "header", "text": {"type": "plain_text", "text": "x" * 151}}]},
-                        sleep=sleep)
+        post_to_webhook(
+            sink.url, {"blocks": [{"type": "header", "text": {"type": "plain_text", "text": "x" * 151}}]}, sleep=sleep
+        )
     assert info.value.status == 400 and "invalid_blocks" in info.value.message and not info.value.retryable
     assert sink.requests == 1 and sleep.waits == [] and sink.received == []
     assert_url_not_logged(caplog, sink.url)

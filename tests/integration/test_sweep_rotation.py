@@ -184,8 +184,13 @@ def test_the_cluster_step_resolves_findings_of_nodes_that_left_the_cluster(world
         cluster=ClusterRef(name=cluster.name, arn=cluster.arn, region=scenarios.REGION),
         findings=[
             Finding(
-                tag=Tag.FAIL, priority=Priority.P0, check="probe.xid", section="F", cluster_arn=cluster.arn,
-                instance_id=gone, message="Xid 79 (GPU has fallen off the bus)",
+                tag=Tag.FAIL,
+                priority=Priority.P0,
+                check="probe.xid",
+                section="F",
+                cluster_arn=cluster.arn,
+                instance_id=gone,
+                message="Xid 79 (GPU has fallen off the bus)",
             )
         ],
         coverage=Coverage(checks=[CheckCoverage(check="probe.xid", status=CheckStatus.RAN)], probed_nodes=[gone]),
@@ -223,4 +228,3 @@ def test_probing_disabled_plans_no_batches(world, monkeypatch):
     result = handlers.sweep_cluster(sweep_input(demo.eks), sweep_context())
 
     assert result["status"] == "processed" and result["batches"] == [] and result["rotation"] is None
-

@@ -193,8 +193,15 @@ def test_weak_spot_8_eks_checks_read_the_cluster_named_by_the_orchestrator(demo,
 
 def test_weak_spot_9_a_failed_deep_health_check_counts_as_an_issue(clients, now, aws):
     seed.create_cluster(
-        clients.client("sagemaker"), scenarios.REGION, "dhc", [GroupSpec("w", "ml.g5.8xlarge", 2)], None,
-        orchestrator=None, node_recovery="Automatic", provisioning_mode=None, launch_time=now,
+        clients.client("sagemaker"),
+        scenarios.REGION,
+        "dhc",
+        [GroupSpec("w", "ml.g5.8xlarge", 2)],
+        None,
+        orchestrator=None,
+        node_recovery="Automatic",
+        provisioning_mode=None,
+        launch_time=now,
         node_states={("w", 0): seed.NodeState("Failure", "Deep health check failed: DCGM diagnostic level 4")},
     )
     report = _triage(clients, "dhc", now)

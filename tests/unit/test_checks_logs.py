@@ -46,9 +46,7 @@ def fixture(name: str) -> str:
     return (FIXTURES / name).read_text()
 
 
-def hma_event(
-    message: str, *, instance: str = IID, grp: str = "workers", age: timedelta = timedelta(hours=1)
-):
+def hma_event(message: str, *, instance: str = IID, grp: str = "workers", age: timedelta = timedelta(hours=1)):
     return LogEvent(f"SagemakerHealthMonitoringAgent/{grp}/{instance}", NOW - age, message)
 
 
@@ -127,9 +125,7 @@ def test_given_no_log_group_when_checked_then_a_p2_warning_gives_the_expected_na
     assert not any(c.mutates for c in finding.suggested_commands)
 
 
-def test_given_the_group_name_from_cluster_name_and_id_when_missing_then_that_exact_name_is_reported() -> (
-    None
-):
+def test_given_the_group_name_from_cluster_name_and_id_when_missing_then_that_exact_name_is_reported() -> None:
     # weak spot 12: the name is built from ClusterName + cluster id, never from an ARN-form argument
     name = "/aws/sagemaker/Clusters/my-ml-cluster/zz9plural1"
     obs = observation(logs=logs(group_name=name, group_exists=Observed.ok(False)))
@@ -190,9 +186,7 @@ CRLF_DOLLAR_R = [
     "/tmp/lcc/on_create.sh: line 2: $'\\r': command not found",
     "/tmp/lcc/on_create.sh: line 9: syntax error near unexpected token `$'{\\r''",
 ]
-CRLF_BAD_INTERPRETER = [
-    "/bin/sh: /tmp/lcc/on_create.sh: /bin/bash^M: bad interpreter: No such file or directory"
-]
+CRLF_BAD_INTERPRETER = ["/bin/sh: /tmp/lcc/on_create.sh: /bin/bash^M: bad interpreter: No such file or directory"]
 CRLF_RAW_CR = ["/tmp/lcc/on_create.sh: line 7: apt-get\r: command not found"]
 PARAMS_KEYERROR = [
     "+ python3 -u lifecycle_script.py",
@@ -263,26 +257,18 @@ def test_given_an_s3_timeout_when_checked_then_the_root_cause_and_commands_point
     assert any(a[:3] == ["aws", "ec2", "describe-route-tables"] for a in argvs)
 
 
-def test_given_a_group_with_its_own_subnets_when_s3_times_out_then_only_that_groups_subnets_are_shown() -> (
-    None
-):
-    override = VpcConfig(
-        security_group_ids=("sg-0override00000001",), subnet_ids=("subnet-0override0000001",)
-    )
+def test_given_a_group_with_its_own_subnets_when_s3_times_out_then_only_that_groups_subnets_are_shown() -> None:
+    override = VpcConfig(security_group_ids=("sg-0override00000001",), subnet_ids=("subnet-0override0000001",))
     obs = with_lifecycle(
         lifecycle_event("\n".join(S3_TIMEOUT), grp="gpu"),
         cluster=cluster(instance_groups=(group(), group(name="gpu", override_vpc=override))),
     )
     routes = [c for c in commands_of(check_lifecycle(obs, context())) if "describe-route-tables" in c]
-    assert [shlex.split(c)[-1] for c in routes] == [
-        "Name=association.subnet-id,Values=subnet-0override0000001"
-    ]
+    assert [shlex.split(c)[-1] for c in routes] == ["Name=association.subnet-id,Values=subnet-0override0000001"]
 
 
 def test_given_a_group_without_override_when_s3_times_out_then_the_cluster_subnets_are_shown() -> None:
-    override = VpcConfig(
-        security_group_ids=("sg-0override00000001",), subnet_ids=("subnet-0override0000001",)
-    )
+    override = VpcConfig(security_group_ids=("sg-0override00000001",), subnet_ids=("subnet-0override0000001",))
     obs = with_lifecycle(
         lifecycle_event("\n".join(S3_TIMEOUT)),
         cluster=cluster(instance_groups=(group(), group(name="gpu", override_vpc=override))),
@@ -318,13 +304,9 @@ def test_given_access_denied_with_a_known_role_and_bucket_when_checked_then_the_
     assert "arn:aws:iam::123456789012:role/hyperpod-exec" in simulated[0]
 
 
-def test_given_a_parameter_mismatch_when_checked_then_the_cluster_group_names_are_listed_for_comparison() -> (
-    None
-):
+def test_given_a_parameter_mismatch_when_checked_then_the_cluster_group_names_are_listed_for_comparison() -> None:
     finding = only(check_lifecycle(with_lifecycle(lifecycle_event("\n".join(PARAMS_KEYERROR))), context()))
-    assert any(
-        "describe-cluster" in c and "InstanceGroups[].InstanceGroupName" in c for c in commands_of([finding])
-    )
+    assert any("describe-cluster" in c and "InstanceGroups[].InstanceGroupName" in c for c in commands_of([finding]))
 
 
 @pytest.mark.parametrize(
@@ -344,9 +326,7 @@ def test_given_an_error_that_is_not_about_s3_when_checked_then_it_is_a_generic_s
     assert finding.evidence == [line]
 
 
-def test_given_an_instance_group_the_script_does_not_know_when_checked_then_it_is_a_parameter_mismatch() -> (
-    None
-):
+def test_given_an_instance_group_the_script_does_not_know_when_checked_then_it_is_a_parameter_mismatch() -> None:
     line = "Instance group gpu-workers not found in the cluster configuration"
     finding = only(check_lifecycle(with_lifecycle(lifecycle_event(line)), context()))
     assert "provisioning_parameters.json" in finding.message
@@ -561,8 +541,7 @@ def test_given_two_different_hardware_xids_on_one_node_when_checked_then_each_is
 
 def test_given_a_recurring_xid_on_a_stream_without_instance_id_then_no_node_command_is_guessed() -> None:
     events = [
-        LogEvent("SagemakerHealthMonitoringAgent/workers", NOW - timedelta(hours=h), fixture(SLURM_HMA))
-        for h in (1, 4)
+        LogEvent("SagemakerHealthMonitoringAgent/workers", NOW - timedelta(hours=h), fixture(SLURM_HMA)) for h in (1, 4)
     ]
     finding = only(check_hma(with_hma(*events), context()))
     assert finding.tag is Tag.FAIL
@@ -586,9 +565,7 @@ def test_given_a_detection_just_inside_the_window_when_checked_then_it_counts() 
     assert only(check_hma(obs, context())).tag is Tag.WARN
 
 
-def test_given_an_old_and_a_recent_detection_when_checked_then_the_old_one_does_not_make_a_recurrence() -> (
-    None
-):
+def test_given_an_old_and_a_recent_detection_when_checked_then_the_old_one_does_not_make_a_recurrence() -> None:
     obs = with_hma(
         hma_event(fixture(SLURM_HMA), age=timedelta(days=30)),
         hma_event(fixture(SLURM_HMA), age=timedelta(hours=1)),
@@ -616,9 +593,7 @@ def test_given_the_event_time_and_the_record_ts_differ_when_windowed_then_the_ev
 # =========================================================================== logs.hma — application and other
 
 
-def test_given_an_application_xid_repeatedly_when_checked_then_a_p2_workload_warning_has_no_node_action() -> (
-    None
-):
+def test_given_an_application_xid_repeatedly_when_checked_then_a_p2_workload_warning_has_no_node_action() -> None:
     obs = with_hma(
         *(hma_event(xid_record(13, "Graphics SM Warp Exception"), age=timedelta(hours=h)) for h in (1, 3, 5))
     )
@@ -627,9 +602,7 @@ def test_given_an_application_xid_repeatedly_when_checked_then_a_p2_workload_war
     assert "workload" in finding.message
     assert not any(c.mutates for c in finding.suggested_commands)
     assert not any("reboot" in c.command or "replace" in c.command for c in finding.suggested_commands)
-    assert [shlex.split(c.command)[:3] for c in finding.suggested_commands] == [
-        ["aws", "logs", "filter-log-events"]
-    ]
+    assert [shlex.split(c.command)[:3] for c in finding.suggested_commands] == [["aws", "logs", "filter-log-events"]]
 
 
 @pytest.mark.parametrize("code", [31, 43, 45, 69])
@@ -641,9 +614,7 @@ def test_given_other_application_xids_when_checked_then_none_suggests_touching_t
 
 
 def test_given_an_ambiguous_xid_repeatedly_when_checked_then_it_is_a_p1_warning_to_investigate() -> None:
-    obs = with_hma(
-        *(hma_event(xid_record(109, "CTX SWITCH TIMEOUT"), age=timedelta(hours=h)) for h in (1, 4))
-    )
+    obs = with_hma(*(hma_event(xid_record(109, "CTX SWITCH TIMEOUT"), age=timedelta(hours=h)) for h in (1, 4)))
     finding = only(check_hma(obs, context()))
     assert (finding.tag, finding.priority, finding.section) == (Tag.WARN, Priority.P1, "G")
     assert not any(c.mutates for c in finding.suggested_commands)
@@ -684,9 +655,7 @@ def test_given_a_plain_text_kernel_line_as_message_when_checked_then_its_xid_is_
 
 
 def test_given_a_plain_text_message_naming_an_xid_in_words_when_checked_then_the_code_is_used() -> None:
-    finding = only(
-        check_hma(with_hma(hma_event("HealthMonitoringAgent: XID 79 detected on GPU 3")), context())
-    )
+    finding = only(check_hma(with_hma(hma_event("HealthMonitoringAgent: XID 79 detected on GPU 3")), context()))
     assert "Xid 79" in finding.message
 
 
@@ -789,9 +758,7 @@ def _all_log_findings(name: str) -> list[Finding]:
                     )
                 ]
             ),
-            hma_events=Observed.ok(
-                [hma_event(fixture(SLURM_HMA), grp=name, age=timedelta(hours=h)) for h in (1, 5)]
-            ),
+            hma_events=Observed.ok([hma_event(fixture(SLURM_HMA), grp=name, age=timedelta(hours=h)) for h in (1, 5)]),
         ),
     )
     ctx = context()

@@ -40,9 +40,7 @@ SG_D = "sg-0ddddddddddddddd1"
 # --------------------------------------------------------------------------- helpers
 
 
-def run_with(
-    sgs: list[SecurityGroup], *, missing: tuple[str, ...] = (), **cluster_overrides
-) -> list[Finding]:
+def run_with(sgs: list[SecurityGroup], *, missing: tuple[str, ...] = (), **cluster_overrides) -> list[Finding]:
     obs = observation(
         cluster=cluster(**cluster_overrides),
         network=network(
@@ -340,11 +338,7 @@ def test_hostile_sg_id_stays_one_shell_token(hostile: str) -> None:
         assert (
             hostile in argv
             or f"Name=group-id,Values={hostile}" in argv
-            or any(
-                json.loads(a)[0]["UserIdGroupPairs"][0]["GroupId"] == hostile
-                for a in argv
-                if a.startswith("[")
-            )
+            or any(json.loads(a)[0]["UserIdGroupPairs"][0]["GroupId"] == hostile for a in argv if a.startswith("["))
         )
 
 

@@ -358,9 +358,7 @@ def test_ipv6_default_route_to_igw_fails_but_egress_only_igw_passes() -> None:
     to_igw = replace(base, routes=(*base.routes, Route("::/0", "igw-0v6", "active")))
     to_eigw = replace(base, routes=(*base.routes, Route("::/0", "eigw-0v6", "active")))
     # WHEN / THEN
-    assert tags(check_routing(obs_with(route_tables=Observed.ok([to_igw])), context())) == [
-        (Tag.FAIL, Priority.P0)
-    ]
+    assert tags(check_routing(obs_with(route_tables=Observed.ok([to_igw])), context())) == [(Tag.FAIL, Priority.P0)]
     assert tags(check_routing(obs_with(route_tables=Observed.ok([to_eigw])), context())) == [(Tag.PASS, None)]
 
 
@@ -443,9 +441,7 @@ def test_isolated_subnet_with_all_endpoints_passes_and_mentions_fsx_as_info() ->
 
 def test_isolated_subnet_with_fsx_endpoint_has_no_info() -> None:
     # GIVEN every endpoint including fsx
-    obs = obs_with(
-        route_tables=Observed.ok([isolated_table()]), endpoints=Observed.ok(all_endpoints("eks", "fsx"))
-    )
+    obs = obs_with(route_tables=Observed.ok([isolated_table()]), endpoints=Observed.ok(all_endpoints("eks", "fsx")))
     # WHEN / THEN
     assert tags(check_endpoints(obs, context())) == [(Tag.PASS, None)]
 
@@ -505,8 +501,7 @@ def test_endpoint_suffix_match_is_exact() -> None:
 def test_endpoint_not_available_does_not_count() -> None:
     # GIVEN the sts endpoint is still pending
     endpoints = [
-        replace(e, state="pending") if e.service_name.endswith(".sts") else e
-        for e in all_endpoints("eks", "fsx")
+        replace(e, state="pending") if e.service_name.endswith(".sts") else e for e in all_endpoints("eks", "fsx")
     ]
     obs = obs_with(route_tables=Observed.ok([isolated_table()]), endpoints=Observed.ok(endpoints))
     # WHEN
@@ -549,8 +544,7 @@ def test_missing_s3_gateway_suggests_gateway_endpoint_on_isolated_tables() -> No
 def test_interface_endpoint_without_private_dns_warns() -> None:
     # GIVEN the sts endpoint has private DNS off
     endpoints = [
-        replace(e, private_dns=False) if e.service_name.endswith(".sts") else e
-        for e in all_endpoints("eks", "fsx")
+        replace(e, private_dns=False) if e.service_name.endswith(".sts") else e for e in all_endpoints("eks", "fsx")
     ]
     obs = obs_with(route_tables=Observed.ok([isolated_table()]), endpoints=Observed.ok(endpoints))
     # WHEN / THEN

@@ -50,7 +50,13 @@ def test_every_section_a_check_can_emit_has_a_heading_in_the_runbook():
     emitted = set(re.findall(r'section\s*=\s*"([A-O](?:\.\d+(?:\.[a-z])?)?)"', source))
     emitted |= {c.section for c in ALL_CHECKS} | set(ACTION_SECTIONS.values())
     emitted |= {v.section for v in vars(classify).values() if isinstance(v, classify.Cause)}
-    headings = set(re.findall(r"^#{2,4} ([A-O](?:\.\d+(?:\.[a-z])?)?) ", (ROOT / "references" / "node-diagnostics-detail.md").read_text(), re.M))
+    headings = set(
+        re.findall(
+            r"^#{2,4} ([A-O](?:\.\d+(?:\.[a-z])?)?) ",
+            (ROOT / "references" / "node-diagnostics-detail.md").read_text(),
+            re.M,
+        )
+    )
     assert emitted <= set(SECTIONS)
     assert emitted <= headings, emitted - headings
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from functions.monitor.logic import alerts, signals
 from functions.shared.events import parse_hyperpod_event
-from hyperpod_debugger.aws.store import from_item, plain
+from hyperpod_debugger.aws.store import from_item
 from tests.unit.test_eventbridge import PUBLISHED, published
 
 EVENTS = sorted(p.name for p in PUBLISHED.glob("*.json"))
@@ -56,6 +56,6 @@ def test_a_mutated_published_event_is_a_signal_or_a_rejection(name, data, value)
 @settings(max_examples=300, deadline=None)
 @given(records=st.lists(JSONISH | st.fixed_dictionaries({"dynamodb": JSONISH}), max_size=6))
 def test_any_stream_records_are_read_or_set_aside_never_raised(records):
-    read = alerts.read_records(records, decode=plain, from_item=from_item)
+    read = alerts.read_records(records, from_item=from_item)
     assert len(read.changes) + len(read.unreadable) + len(read.orphans) <= len(records)
     assert all(isinstance(reason, str) and reason for reason in read.unreadable.values())

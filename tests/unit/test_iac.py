@@ -11,8 +11,11 @@ from hyperpod_debugger.remediation.iac import detect_owner, drift_note
     ("tags", "tool", "stack"),
     [
         ({"aws:cloudformation:stack-name": "net", "aws:cloudformation:logical-id": "Sg"}, "CloudFormation", "net"),
-        ({"aws:cloudformation:stack-id": "arn:aws:cloudformation:us-west-2:1:stack/hp-net/abc"}, "CloudFormation",
-         "hp-net"),
+        (
+            {"aws:cloudformation:stack-id": "arn:aws:cloudformation:us-west-2:1:stack/hp-net/abc"},
+            "CloudFormation",
+            "hp-net",
+        ),
         ({"aws:cloudformation:stack-name": "app", "aws-cdk:subnet-name": "Private"}, "CDK", "app"),
         ({"pulumi:project": "infra", "pulumi:stack": "prod"}, "Pulumi", "prod"),
         ({"ManagedBy": "Terraform"}, "Terraform", None),

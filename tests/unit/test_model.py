@@ -62,7 +62,12 @@ def test_mutating_command_must_state_blast_radius():
 
 def test_unknown_findings_never_suggest_a_state_change():
     reboot = SuggestedCommand(
-        command="x", purpose="reboot", mutates=True, blast_radius="the node", iac_warning="n", preconditions=["p"],
+        command="x",
+        purpose="reboot",
+        mutates=True,
+        blast_radius="the node",
+        iac_warning="n",
+        preconditions=["p"],
         step="reboot",
     )
     with pytest.raises(ValidationError, match="read-only"):
@@ -95,7 +100,12 @@ def _report(findings):
 
 def test_json_has_the_documented_top_level_and_finding_keys():
     cmd = SuggestedCommand(
-        command="aws ec2 x", purpose="p", mutates=True, blast_radius="b", iac_warning="w", preconditions=["p"],
+        command="aws ec2 x",
+        purpose="p",
+        mutates=True,
+        blast_radius="b",
+        iac_warning="w",
+        preconditions=["p"],
         step="change",
     )
     doc = json.loads(render_json(_report([_finding(section="B.2", suggested_commands=[cmd])])))
@@ -141,16 +151,24 @@ def test_colour_is_applied_only_when_asked():
     ],
 )
 def test_every_mutating_command_carries_preconditions_blast_radius_and_iac_note(kwargs, error):
-    base = dict(command="x", purpose="p", mutates=True, blast_radius="b", iac_warning="w", preconditions=["p"],
-                step="change")
+    base = dict(
+        command="x", purpose="p", mutates=True, blast_radius="b", iac_warning="w", preconditions=["p"], step="change"
+    )
     with pytest.raises(ValidationError, match=error):
         SuggestedCommand(**{**base, **kwargs})
 
 
 def test_commands_must_climb_the_ladder_in_order():
     read = SuggestedCommand(command="r", purpose="p", mutates=False)
-    replace = SuggestedCommand(command="x", purpose="p", mutates=True, iac_warning="n", preconditions=["p"],
-                               blast_radius="destroys the root and secondary volumes", step="replace")
+    replace = SuggestedCommand(
+        command="x",
+        purpose="p",
+        mutates=True,
+        iac_warning="n",
+        preconditions=["p"],
+        blast_radius="destroys the root and secondary volumes",
+        step="replace",
+    )
     with pytest.raises(ValidationError, match="order"):
         _finding(suggested_commands=[replace, read])
     assert _finding(suggested_commands=[read, replace]).suggested_commands[-1].step == "replace"

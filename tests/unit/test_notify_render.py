@@ -125,8 +125,12 @@ def test_each_open_transition_renders_a_valid_block_kit_message(transition, icon
 
 @pytest.mark.parametrize(
     ("tag", "priority", "icon"),
-    [(Tag.FAIL, Priority.P0, "🔴"), (Tag.WARN, Priority.P1, "🟠"), (Tag.WARN, Priority.P2, "🟡"),
-     (Tag.UNKNOWN, Priority.P1, "⚪")],
+    [
+        (Tag.FAIL, Priority.P0, "🔴"),
+        (Tag.WARN, Priority.P1, "🟠"),
+        (Tag.WARN, Priority.P2, "🟡"),
+        (Tag.UNKNOWN, Priority.P1, "⚪"),
+    ],
 )
 def test_header_emoji_follows_priority_and_unknown(tag, priority, icon):
     cmds = [READ] if tag is Tag.UNKNOWN else [READ, REBOOT]
@@ -179,9 +183,7 @@ def test_many_commands_stay_within_fifty_blocks_with_a_pointer_to_the_rest():
     msg = slack_message(notice(f=f), runbook_base_url=BASE)
     assert block_kit_problems(msg) == []
     assert len(msg["blocks"]) == 50
-    assert "more suggested commands: run `hyperpod-debugger triage --cluster demo --region us-west-2`" in all_text(
-        msg
-    )
+    assert "more suggested commands: run `hyperpod-debugger triage --cluster demo --region us-west-2`" in all_text(msg)
 
 
 # ----------------------------------------------------------------------------- evidence
@@ -253,9 +255,7 @@ def test_without_a_base_url_the_runbook_is_the_repository_pointer():
 def test_credentials_in_the_base_url_never_reach_a_rendering():
     base = "https://user:s3cr3tTOKEN@runbooks.example.com/hp?token=s3cr3tTOKEN#frag"
     assert safe_base_url(base) == "https://runbooks.example.com/hp"
-    renderings = [
-        all_text(slack_message(notice(t), runbook_base_url=base)) for t in ("NEW", "RESOLVED")
-    ] + [
+    renderings = [all_text(slack_message(notice(t), runbook_base_url=base)) for t in ("NEW", "RESOLVED")] + [
         " ".join(email_text(notice(), runbook_base_url=base)),
         all_text(digest([notice()], cluster_name="demo", runbook_base_url=base)),
         " ".join(digest_email([notice()], cluster_name="demo", runbook_base_url=base)),
@@ -285,11 +285,19 @@ def test_email_subject_fits_sns_and_body_has_the_same_content():
     subject, body = email_text(notice(f=f), runbook_base_url=BASE)
     assert len(subject) < 100 and "\n" not in subject
     assert subject.startswith("[HyperPod P0] New: demo/i-0123456789abcdef0:")
-    for part in ("Cluster:  demo (us-west-2)", "Node:     i-0123456789abcdef0 (workers)", "Check:    probe.gpu.xid",
-                 "Evidence (verbatim):", "    | NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus <gpu0> & more",
-                 "Suggested command (run this yourself): Reboot the node", "  blast radius: Kills every job",
-                 "  precondition: Checkpoint running jobs", "  IaC: No infrastructure-as-code drift",
-                 "Investigate (read-only): Read the node's status", "Next step: Drain the node, then replace it."):
+    for part in (
+        "Cluster:  demo (us-west-2)",
+        "Node:     i-0123456789abcdef0 (workers)",
+        "Check:    probe.gpu.xid",
+        "Evidence (verbatim):",
+        "    | NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus <gpu0> & more",
+        "Suggested command (run this yourself): Reboot the node",
+        "  blast radius: Kills every job",
+        "  precondition: Checkpoint running jobs",
+        "  IaC: No infrastructure-as-code drift",
+        "Investigate (read-only): Read the node's status",
+        "Next step: Drain the node, then replace it.",
+    ):
         assert part in body
 
 
@@ -315,7 +323,11 @@ def many_notices(n: int) -> list[Notice]:
         prio = [Priority.P0, Priority.P1, Priority.P2][i % 3]
         tag = Tag.FAIL if prio is Priority.P0 else Tag.WARN
         f = finding(
-            tag, prio, instance_id=f"i-{i:017x}", section=sections[i % 4], message=f"problem {i}",
+            tag,
+            prio,
+            instance_id=f"i-{i:017x}",
+            section=sections[i % 4],
+            message=f"problem {i}",
             suggested_commands=[READ, REBOOT],
         )
         out.append(notice(f=f))
@@ -342,8 +354,9 @@ def test_digest_and_breaker_carry_no_mutating_command():
         all_text(digest(notices, cluster_name="demo", runbook_base_url=BASE)),
         " ".join(digest_email(notices, cluster_name="demo", runbook_base_url=BASE)),
         all_text(breaker("probe.gpu.xid", "G.1", ids, cluster_name="demo", sample=finding(), runbook_base_url=BASE)),
-        " ".join(breaker_email("probe.gpu.xid", "G.1", ids, cluster_name="demo", sample=finding(),
-                               runbook_base_url=BASE)),
+        " ".join(
+            breaker_email("probe.gpu.xid", "G.1", ids, cluster_name="demo", sample=finding(), runbook_base_url=BASE)
+        ),
     ]
     for text in payloads:
         assert "batch-reboot" not in text and "batch-replace" not in text
@@ -370,8 +383,9 @@ def test_breaker_is_one_cluster_level_alert_naming_a_shared_cause():
     assert "… and 90 more" in text
     assert "Investigate (read-only)" in text and "describe-cluster-node" in text
     assert "&lt;gpu0&gt;" in text  # the example's evidence, escaped
-    subject, body = breaker_email("probe.gpu.xid", "G.1", ids, cluster_name="demo", sample=finding(),
-                                  runbook_base_url=BASE)
+    subject, body = breaker_email(
+        "probe.gpu.xid", "G.1", ids, cluster_name="demo", sample=finding(), runbook_base_url=BASE
+    )
     assert len(subject) < 100 and "120 nodes fail probe.gpu.xid at once" in subject
     assert "likely a shared cause, not 120 node faults" in body
 

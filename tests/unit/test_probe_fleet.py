@@ -6,18 +6,18 @@ import asyncio
 import json
 import shlex
 import subprocess
-import time
 
 import pytest
 
 from hyperpod_debugger.aws.ssm_types import CommandResult, SessionError, TargetError, session_target
 from hyperpod_debugger.domain.model import Tag
-from hyperpod_debugger.probe import delivery
+from hyperpod_debugger.probe import delivery, fleet
 from hyperpod_debugger.probe.fleet import TokenBucket, order_nodes, outcome_findings, probe_fleet
 from tests import builders as b
 
-DOC = json.dumps({"schema_version": 1, "hostname": "h", "collected_at": "2026-11-30T12:00:00Z", "uptime_s": 1.0,
-                  "items": {}}).encode()
+DOC = json.dumps(
+    {"schema_version": 1, "hostname": "h", "collected_at": "2026-11-30T12:00:00Z", "uptime_s": 1.0, "items": {}}
+).encode()
 ARN = f"arn:aws:sagemaker:us-west-2:123456789012:cluster/{b.CLUSTER_ID}"
 
 
@@ -45,15 +45,24 @@ def test_bad_target_parts_are_refused(arn, group, iid):
         session_target(arn, group, iid)
 
 
-def test_token_bucket_holds_the_rate():
+def test_token_bucket_holds_the_rate(monkeypatch):
+    # a clock that moves only when the bucket waits: the waits themselves are what is measured
+    now = [0.0]
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+        await real_sleep(0)
+
+    monkeypatch.setattr(fleet.asyncio, "sleep", sleep)
+
     async def main():
-        bucket = TokenBucket(20.0)
-        started = time.monotonic()
+        bucket = TokenBucket(20.0, clock=lambda: now[0])
         for _ in range(11):
             await bucket.acquire()
-        return time.monotonic() - started
 
-    assert asyncio.run(main()) >= 0.45  # 1 immediate + 10 at 20/s
+    asyncio.run(main())
+    assert now[0] == pytest.approx(0.5)  # 1 immediate + 10 at 20/s
 
 
 def test_suspects_then_accelerators_then_the_rest():
@@ -85,15 +94,23 @@ def test_throttling_is_retried_and_other_outcomes_are_typed():
 
 
 def test_a_hung_node_never_blocks_the_others():
+    done: list[str] = []
+    others_finished_first = []
+
     async def run(target: str, command: str) -> CommandResult:
         if target.endswith("i-" + "0" * 17):
-            await asyncio.sleep(0.5)  # the client's own timeout ends it
-            raise SessionError("TIMEOUT", "no answer in 0.5 s")
+            # hang until the 19 others are through (they must get past it), with a safety net
+            for _ in range(500):
+                if len(done) == 19:
+                    break
+                await asyncio.sleep(0.01)
+            others_finished_first.append(len(done) == 19)
+            raise SessionError("TIMEOUT", "no answer")
+        done.append(target)
         return CommandResult(0, DOC, b"")
 
-    started = time.monotonic()
     probes = asyncio.run(probe_fleet(_nodes(20), "cmd", run, rate=1000, concurrency=4))
-    assert time.monotonic() - started < 1.5
+    assert others_finished_first == [True]
     assert sum(p.outcome == "OK" for p in probes) == 19
 
 
@@ -126,6 +143,7 @@ def test_the_probe_command_is_one_line_within_budget_and_carries_the_script():
     script = delivery.decode_command(command)
     assert script == delivery.strip_comments(delivery.probe_script())
     assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
-    code_lines = [line for line in delivery.probe_script().splitlines()[1:] if line.strip() and
-                  not line.lstrip().startswith("#")]
+    code_lines = [
+        line for line in delivery.probe_script().splitlines()[1:] if line.strip() and not line.lstrip().startswith("#")
+    ]
     assert script.splitlines()[1:] == code_lines

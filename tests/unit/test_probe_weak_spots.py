@@ -26,8 +26,9 @@ def _doc(**items: str | ProbeItem) -> ProbeDocument:
 
 
 def _run(doc: ProbeDocument, **ctx):
-    findings, coverage = evaluate(doc, ProbeContext(instance_type=ctx.pop("instance_type", "ml.p5.48xlarge"),
-                                                    now=NOW, **ctx))
+    findings, coverage = evaluate(
+        doc, ProbeContext(instance_type=ctx.pop("instance_type", "ml.p5.48xlarge"), now=NOW, **ctx)
+    )
     return findings, {c.check: c for c in coverage}
 
 
@@ -37,8 +38,10 @@ def _problems(findings, check):
 
 def test_weak_spot_13_a_folder_that_is_not_a_mount_point_gets_no_usage_verdict():
     # GIVEN /opt/sagemaker exists only as a folder on a 95 %-full root: df -P reports the root for it
-    df = ("Filesystem     1024-blocks      Used Available Capacity Mounted on\n"
-          "/dev/nvme0n1p1     104857600  99614720   5242880      95% /\n")
+    df = (
+        "Filesystem     1024-blocks      Used Available Capacity Mounted on\n"
+        "/dev/nvme0n1p1     104857600  99614720   5242880      95% /\n"
+    )
     findmnt = json.dumps({"filesystems": [{"target": "/", "source": "/dev/nvme0n1p1", "fstype": "xfs"}]})
     findings, _ = _run(_doc(df=df, findmnt=findmnt))
     # THEN the root is judged, and no finding claims /opt/sagemaker is full
@@ -48,16 +51,20 @@ def test_weak_spot_13_a_folder_that_is_not_a_mount_point_gets_no_usage_verdict()
 
 def test_weak_spot_17_a_panic_in_the_previous_boot_is_found():
     # GIVEN this boot's log is clean and the panic that caused the reboot is in the previous boot
-    previous = ("2026-11-30T05:30:00.000000+00:00 ip-10-1-2-3 kernel: Kernel panic - not syncing: "
-                "Fatal exception in interrupt\n")
+    previous = (
+        "2026-11-30T05:30:00.000000+00:00 ip-10-1-2-3 kernel: Kernel panic - not syncing: "
+        "Fatal exception in interrupt\n"
+    )
     findings, _ = _run(_doc(kernel_log="", kernel_log_previous_boot=previous))
     [panic] = _problems(findings, "probe.kernel_faults")
     assert panic.section == "N" and panic.tag is Tag.FAIL
 
 
 def test_weak_spot_18_containerd_is_not_judged_on_slurm():
-    findings, _ = _run(_doc(systemctl_is_active="amazon-ssm-agent active\ncontainerd inactive\nslurmd active\n"
-                                                "munge active\n"), orchestrator="Slurm")
+    findings, _ = _run(
+        _doc(systemctl_is_active="amazon-ssm-agent active\ncontainerd inactive\nslurmd active\nmunge active\n"),
+        orchestrator="Slurm",
+    )
     assert not any(f.section == "M" for f in findings if f.is_problem)
 
 
@@ -79,22 +86,28 @@ def test_weak_spot_20_no_time_tool_is_skipped_not_unhealthy():
 
 
 def test_weak_spot_20_the_offset_is_judged_numerically():
-    chrony = ("Reference ID    : A9FEA97B (169.254.169.123)\nStratum         : 4\n"
-              "System time     : 2.500000000 seconds slow of NTP time\nLeap status     : Normal\n")
+    chrony = (
+        "Reference ID    : A9FEA97B (169.254.169.123)\nStratum         : 4\n"
+        "System time     : 2.500000000 seconds slow of NTP time\nLeap status     : Normal\n"
+    )
     findings, _ = _run(_doc(chronyc_tracking=chrony))
     [f] = _problems(findings, "probe.clock")
     assert f.section == "I.5" and f.tag is Tag.FAIL
 
 
 def test_weak_spot_21_oom_score_adj_lines_are_not_oom_kills():
-    benign = ("2026-11-30T11:00:00.000000+00:00 ip-10-1-2-3 kernel: [  pid  ]   uid  tgid total_vm      rss "
-              "pgtables_bytes swapents oom_score_adj name\n")
+    benign = (
+        "2026-11-30T11:00:00.000000+00:00 ip-10-1-2-3 kernel: [  pid  ]   uid  tgid total_vm      rss "
+        "pgtables_bytes swapents oom_score_adj name\n"
+    )
     findings, _ = _run(_doc(kernel_log=benign))
     assert not _problems(findings, "probe.oom")
 
 
 def test_weak_spot_21_an_old_oom_outside_the_window_is_history():
-    old = ("2026-11-28T11:00:00.000000+00:00 ip-10-1-2-3 kernel: Out of memory: Killed process 4242 (python3) "
-           "total-vm:123456kB\n")
+    old = (
+        "2026-11-28T11:00:00.000000+00:00 ip-10-1-2-3 kernel: Out of memory: Killed process 4242 (python3) "
+        "total-vm:123456kB\n"
+    )
     findings, _ = _run(_doc(kernel_log=old), window=timedelta(hours=24))
     assert not _problems(findings, "probe.oom")

@@ -50,9 +50,7 @@ def finding(**kw) -> Finding:
     return Finding(**base)
 
 
-def report(
-    findings, *, ran=("nodes.health_status",), skipped=(), unknown=(), scope_node=None, error=None, probed=None
-):
+def report(findings, *, ran=("nodes.health_status",), skipped=(), unknown=(), scope_node=None, error=None, probed=None):
     checks = [CheckCoverage(check=c, status=CheckStatus.RAN) for c in ran]
     checks += [CheckCoverage(check=c, status=CheckStatus.SKIPPED) for c in skipped]
     checks += [CheckCoverage(check=c, status=CheckStatus.UNKNOWN) for c in unknown]
@@ -312,4 +310,3 @@ def test_one_trim_serves_checks_and_store():
     assert trim_evidence(["a", "b"]) == ["a", "b"]
     # what the store keeps: the same bound, silent, and at most so many bytes (cut at a character)
     assert bounded_evidence(["é" * 3000, "x"]) == ("é" * (EVIDENCE_MAX_BYTES // 2),)
-

@@ -22,11 +22,17 @@ def test_hostile_values_round_trip_as_one_argument(value):
 
 def test_every_mutating_command_carries_a_drift_note_and_configuration_changes_the_template_one():
     sg = mutating(
-        ["aws", "ec2", "authorize-security-group-egress"], "p", blast_radius="b", changes_configuration=True,
+        ["aws", "ec2", "authorize-security-group-egress"],
+        "p",
+        blast_radius="b",
+        changes_configuration=True,
         preconditions=["p"],
     )
     reboot = mutating(
-        ["aws", "sagemaker", "batch-reboot-cluster-nodes"], "p", blast_radius="b", changes_configuration=False,
+        ["aws", "sagemaker", "batch-reboot-cluster-nodes"],
+        "p",
+        blast_radius="b",
+        changes_configuration=False,
         preconditions=["p"],
     )
     assert sg.iac_warning and "template" in sg.iac_warning and sg.step == "change"

@@ -143,9 +143,7 @@ def test_given_an_entry_when_labelled_then_the_label_names_code_and_meaning() ->
         ("hma-cloudwatch-npd-xid71-nvlink-eks-docexample.json", [71]),
     ],
 )
-def test_given_a_real_kernel_log_when_parsed_then_every_xid_is_found_in_order(
-    name: str, expected: list[int]
-) -> None:
+def test_given_a_real_kernel_log_when_parsed_then_every_xid_is_found_in_order(name: str, expected: list[int]) -> None:
     assert parse_xid_codes(fixture(name)) == expected
 
 
@@ -179,9 +177,7 @@ def test_given_a_lower_case_journal_line_when_parsed_then_the_code_is_found() ->
     assert parse_xid_codes("kernel: nvrm: xid (PCI:0000:0a:00): 95, pid=123, Uncontained: FBHUB") == [95]
 
 
-def test_given_free_text_xid_mentions_when_parsed_strictly_then_they_are_ignored_but_loose_finds_them() -> (
-    None
-):
+def test_given_free_text_xid_mentions_when_parsed_strictly_then_they_are_ignored_but_loose_finds_them() -> None:
     text = "GPU reported XID error 79; earlier Xid 48 and Xid=74"
     assert parse_xid_codes(text) == []
     assert parse_xid_codes(text, loose=True) == [79, 48, 74]

@@ -3,10 +3,10 @@
 | module | trigger | calls |
 |---|---|---|
 | :mod:`.events` | EventBridge: HyperPod's three detail-types | ``logic.signals.handle_cluster_event`` |
-| :mod:`.hma` | CloudWatch Logs subscription on a cluster log group | the same, per node with HMA detections |
+| :mod:`.hma` | CloudWatch Logs subscription on a cluster log group | ``logic.signals.triage_nodes`` |
 | :mod:`.sweep` | the sweep state machine, one cluster per call | ``logic.sweep.sweep_cluster`` |
 | :mod:`.probes` | the sweep's inner Map, one batch of nodes per call | ``logic.sweep.probe_batch`` |
-| :mod:`.stream` | the findings table's DynamoDB stream | ``logic.outbox.queue_transitions`` |
+| :mod:`.stream` | the findings table's DynamoDB stream | ``logic.stream.notify`` |
 | :mod:`.outbox` | the outbox (SQS FIFO) | ``logic.outbox.Courier`` |
 
 Importing this package imports none of them (each function loads only its own). For the demo and the

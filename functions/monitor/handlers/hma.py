@@ -7,13 +7,13 @@ idempotency record did not complete. Nodes past ``LOG_MAX_NODES`` are deferred t
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.monitor import hma_logs
+from functions.monitor.logic import signals
 from functions.monitor.runtime import reject, signal_runner, with_env
 from functions.shared.env import monitor_env
 from functions.shared.observability import logger, metrics, tracer
@@ -43,9 +43,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if batch is None:
         logger.info("log subscription control message ignored")
         return {"status": "ignored", "reason": "control message"}
-    where = {"cluster": batch.cluster.name, "cluster_arn": batch.cluster_arn}
+    where: dict[str, Any] = {"cluster": batch.cluster.name, "cluster_arn": batch.cluster_arn}
     if not env.allows(batch.cluster.name, batch.cluster_arn):
-        logger.warning("log payload of a cluster outside CLUSTER_ALLOWLIST skipped", **where)
+        logger.warning("log payload of a cluster outside CLUSTER_ALLOWLIST skipped", extra=where)
         return {"status": "skipped", **where, "reason": "not in CLUSTER_ALLOWLIST"}
     if batch.unattributed:
         logger.warning(
@@ -53,27 +53,18 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             count=batch.unattributed,
             log_stream=ascii(batch.log_stream[:200]),
         )
-    taken, deferred = batch.signals[: env.LOG_MAX_NODES], batch.signals[env.LOG_MAX_NODES :]
-    if deferred:
-        logger.warning("nodes deferred to the sweep", deferred=[s.node for s in deferred], limit=env.LOG_MAX_NODES)
-        metrics.add_metric(name="LogNodesDeferred", unit=MetricUnit.Count, value=len(deferred))
-    if not taken:
-        logger.info("log payload holds nothing to triage", reason=batch.dropped, **where)
-    run = signal_runner(env, context)
-    nodes: list[dict[str, Any]] = []
-    totals: Counter[str] = Counter()
-    for signal in taken:
-        counted = dict(run(signal).get("transitions") or {})
-        totals.update(counted)
-        nodes.append(
-            {"node": signal.node, "event_id": signal.event_id, "reason": signal.reason, "transitions": counted}
-        )
+    if not batch.signals:
+        logger.info("log payload holds nothing to triage", extra={"reason": batch.dropped, **where})
+    result = signals.triage_nodes(batch.signals, signal_runner(env, context), limit=env.LOG_MAX_NODES)
+    if result.deferred:
+        logger.warning("nodes deferred to the sweep", deferred=result.deferred, limit=env.LOG_MAX_NODES)
+        metrics.add_metric(name="LogNodesDeferred", unit=MetricUnit.Count, value=len(result.deferred))
     metrics.add_metric(name="HmaDetections", unit=MetricUnit.Count, value=batch.detections)
     return {
         "status": "processed",
         **where,
-        "nodes": nodes,
-        "deferred": [s.node for s in deferred],
-        "transitions": dict(totals),
+        "nodes": result.nodes,
+        "deferred": result.deferred,
+        "transitions": dict(result.transitions),
         **({"dropped": batch.dropped} if batch.dropped else {}),
     }

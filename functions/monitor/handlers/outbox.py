@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -11,47 +10,17 @@ from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, proce
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.monitor.adapters import AwsChannels, DeliveryLedger, SqsOutbox, dead_letter
+from functions.monitor.adapters import AwsCourierPorts, DeliveryLedger
 from functions.monitor.logic import outbox
 from functions.monitor.runtime import deadline, with_env
 from functions.shared.clients import bookkeeping_clients, clients
-from functions.shared.env import CourierEnv, courier_env
+from functions.shared.env import courier_env
 from functions.shared.observability import logger, metrics, tracer
 
 _processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 _processor.raise_on_entire_batch_failure = False  # the queue retries the same messages either way
 #: What one delivery attempt may take beyond the Slack timeout (the SNS call, the ledger), in seconds.
 SEND_MARGIN_S = 3.0
-
-
-class _Ports:
-    """The courier's ports on AWS: the channels, the outbox's backoff, its dead-letter queue, the clock."""
-
-    def __init__(self, env: CourierEnv, context: LambdaContext) -> None:
-        aws = clients(env.AWS_REGION)
-        self._aws = aws
-        self._env = env
-        self._context = context
-        self._channels = AwsChannels(
-            aws,
-            secret_name=env.SLACK_SECRET_NAME,
-            topic_arn=env.ALERT_TOPIC_ARN,
-            slack_attempts=1,
-            slack_timeout=env.SLACK_TIMEOUT_S,
-        )
-        self._outbox = SqsOutbox(aws, env.OUTBOX_QUEUE_URL)
-
-    def send(self, message: outbox.OutboxMessage) -> None:
-        outbox.send(message, self._channels)
-
-    def backoff(self, receipt_handle: str, seconds: int) -> None:
-        self._outbox.backoff(receipt_handle, seconds)
-
-    def dead_letter(self, body: str, *, group: str, dedup: str, reason: str) -> None:
-        dead_letter(self._aws, self._env.OUTBOX_DLQ_URL, body, group=group, dedup=dedup, reason=reason)
-
-    def remaining_s(self) -> float:
-        return self._context.get_remaining_time_in_millis() / 1000
 
 
 def _record(raw: SQSRecord) -> outbox.OutboxRecord:
@@ -75,9 +44,18 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     ledger: outbox.Ledger = outbox.NoLedger()
     if env.IDEMPOTENCY_TABLE:
         ledger = DeliveryLedger(bookkeeping_clients(env.AWS_REGION), env.IDEMPOTENCY_TABLE, deadline=deadline(context))
-        ledger.load([f"sent#{_message_id(r)}" for r in records])
+        ledger.load([f"sent#{outbox.message_id_of(r.get('body'))}" for r in records])
+    ports = AwsCourierPorts(
+        clients(env.AWS_REGION),
+        secret_name=env.SLACK_SECRET_NAME,
+        topic_arn=env.ALERT_TOPIC_ARN,
+        slack_timeout=env.SLACK_TIMEOUT_S,
+        outbox_url=env.OUTBOX_QUEUE_URL,
+        dlq_url=env.OUTBOX_DLQ_URL,
+        remaining_ms=context.get_remaining_time_in_millis,
+    )
     courier = outbox.Courier(
-        _Ports(env, context),
+        ports,
         ledger,
         needed_s=env.SLACK_TIMEOUT_S + SEND_MARGIN_S,
         base=env.RETRY_BASE_S,
@@ -89,20 +67,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         processor=_processor,
         context=context,
     )
-    failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+    failed = {str(f["itemIdentifier"]) for f in response.get("batchItemFailures", [])}
     courier.hold_back([_record(SQSRecord(r)) for r in records], failed)
     _report(courier)
     if isinstance(ledger, DeliveryLedger) and ledger.errors:
         logger.warning("delivery ledger unavailable", errors=ledger.errors[:5])
-    return response
-
-
-def _message_id(raw: dict[str, Any]) -> str:
-    """The outbox message id a body carries (for the ledger), or a hash of the body."""
-    try:
-        return outbox.OutboxMessage.from_json(str(raw.get("body"))).id
-    except ValueError:
-        return hashlib.sha256(str(raw.get("body")).encode()).hexdigest()[:64]
+    return dict(response)
 
 
 def _report(courier: outbox.Courier) -> None:

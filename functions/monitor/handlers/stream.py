@@ -14,37 +14,16 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.monitor.adapters import DeliveryLedger, SqsOutbox, keep_unprocessed
-from functions.monitor.logic import alerts, outbox
+from functions.monitor.logic import alerts, outbox, stream
 from functions.monitor.runtime import deadline, now, with_env
 from functions.shared.clients import bookkeeping_clients, clients
-from functions.shared.env import NotifierEnv, notifier_env
+from functions.shared.env import notifier_env
 from functions.shared.observability import logger, metrics, tracer
-from hyperpod_debugger.aws.store import from_item, plain
+from hyperpod_debugger.aws.store import from_item
 
 # A batch whose every record failed is reported as such, not raised: the event source retries the same
 # records either way, and an invocation error would only add noise to the Errors alarm.
 _processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
-
-
-def _keep_unreadable(env: NotifierEnv, read: alerts.StreamRead) -> set[str]:
-    """Keep damaged records in the unprocessed queue; the ids that could not be kept (those fail and are
-    retried by the stream, so nothing is lost either way)."""
-    failed: set[str] = set()
-    items = [(read.records[rid], reason, rid) for rid, reason in read.unreadable.items()]
-    items += [(raw, reason, "") for raw, reason in read.orphans]
-    for raw, reason, rid in items:
-        metrics.add_metric(name="StreamRecordsUnreadable", unit=MetricUnit.Count, value=1)
-        errors = [{"at": "record", "error": reason}]
-        try:
-            kept = keep_unprocessed(env.UNPROCESSED_QUEUE_URL, env.AWS_REGION, raw, kind="stream record", errors=errors)
-        except RuntimeError as exc:
-            logger.error("stream record unreadable and not kept", record=rid or None, reason=reason, error=str(exc))
-            if rid:
-                failed.add(rid)
-            continue
-        message = "stream record unreadable: kept for inspection" if kept else "stream record unreadable"
-        logger.error(message, record=rid or None, reason=reason)
-    return failed
 
 
 @with_env(notifier_env)
@@ -56,42 +35,59 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     raw_records = event.get("Records") if isinstance(event, dict) else None
     records = list(raw_records) if isinstance(raw_records, list) else []
     metrics.add_metric(name="StreamRecords", unit=MetricUnit.Count, value=len(records))
-    read = alerts.read_records(records, decode=plain, from_item=from_item)
-    failed = _keep_unreadable(env, read)
-    deliveries = alerts.plan_deliveries(
-        read.changes, digest_threshold=env.DIGEST_THRESHOLD, breaker_threshold=env.BREAKER_THRESHOLD
-    )
     ledger: outbox.Ledger = outbox.NoLedger()
     if env.IDEMPOTENCY_TABLE:
         ledger = DeliveryLedger(bookkeeping_clients(env.AWS_REGION), env.IDEMPOTENCY_TABLE, deadline=deadline(context))
-        ledger.load(outbox.queued_ids(deliveries, env.channels))
-    queued = outbox.queue_transitions(
-        deliveries,
-        outbox=SqsOutbox(clients(env.AWS_REGION), env.OUTBOX_QUEUE_URL),
+
+    def set_aside(raw: Any, reason: str) -> bool:
+        errors = [{"at": "record", "error": reason}]
+        return keep_unprocessed(env.UNPROCESSED_QUEUE_URL, env.AWS_REGION, raw, kind="stream record", errors=errors)
+
+    result = stream.notify(
+        records,
+        from_item=from_item,
+        set_aside=set_aside,
+        queue=SqsOutbox(clients(env.AWS_REGION), env.OUTBOX_QUEUE_URL),
         ledger=ledger,
         channels=env.channels,
         render=lambda d: alerts.render(d, region=env.AWS_REGION, runbook_base_url=env.RUNBOOK_BASE_URL),
         now=now(),
+        digest_threshold=env.DIGEST_THRESHOLD,
+        breaker_threshold=env.BREAKER_THRESHOLD,
     )
-    failed |= queued.failed
-    for key, error in queued.refused:
-        metrics.add_metric(name="OutboxPutFailures", unit=MetricUnit.Count, value=1)
-        logger.warning("outbox refused a message: its cluster's later records wait", delivery=key, error=error)
-    metrics.add_metric(name="OutboxMessages", unit=MetricUnit.Count, value=queued.queued)
+    _report(result, ledger)
 
     def record_handler(record: DynamoDBRecord) -> None:
         rid = alerts.record_id(record.raw_event)
-        if rid in failed:
+        if rid in result.failed:
             raise RuntimeError(f"stream record {rid} was not queued; the stream retries it")
 
     response = process_partial_response(
-        event={"Records": list(read.records.values())},
-        record_handler=record_handler,
-        processor=_processor,
-        context=context,
+        event={"Records": result.records}, record_handler=record_handler, processor=_processor, context=context
     )
+    return dict(response)
+
+
+def _report(result: stream.NotifyResult, ledger: outbox.Ledger) -> None:
+    for item in result.unreadable:
+        metrics.add_metric(name="StreamRecordsUnreadable", unit=MetricUnit.Count, value=1)
+        record = item.record_id or None
+        if item.error:
+            logger.error("stream record unreadable and not kept", record=record, reason=item.reason, error=item.error)
+        elif item.kept:
+            logger.error("stream record unreadable: kept for inspection", record=record, reason=item.reason)
+        else:
+            logger.error("stream record unreadable", record=record, reason=item.reason)
+    for key, error in result.refused:
+        metrics.add_metric(name="OutboxPutFailures", unit=MetricUnit.Count, value=1)
+        logger.warning("outbox refused a message: its cluster's later records wait", delivery=key, error=error)
+    metrics.add_metric(name="OutboxMessages", unit=MetricUnit.Count, value=result.queued)
     if isinstance(ledger, DeliveryLedger) and ledger.errors:
         # Not fatal: at worst a retried record is queued again (the outbox's deduplication still holds).
         logger.warning("delivery ledger unavailable", errors=ledger.errors[:5])
-    logger.info("transitions queued", deliveries=len(deliveries), failed=len(failed), unreadable=len(read.unreadable))
-    return response
+    logger.info(
+        "transitions queued",
+        deliveries=result.deliveries,
+        failed=len(result.failed),
+        unreadable=len(result.unreadable),
+    )

@@ -7,6 +7,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
+from functions.shared.events import parse_stream_record
 from hyperpod_debugger.lifecycle.findings import NOTIFYING, StoredFinding, TransitionKind
 from hyperpod_debugger.notify import Notice, breaker, breaker_email, digest, digest_email, email_text, slack_message
 from hyperpod_debugger.notify.stored import notice_of
@@ -143,15 +146,11 @@ class StreamRead:
     records: dict[str, Any] = field(default_factory=dict)
 
 
-def read_records(
-    records: Sequence[Any],
-    *,
-    decode: Callable[[dict[str, Any]], dict[str, Any]],
-    from_item: Callable[..., StoredFinding],
-) -> StreamRead:
-    """Read every record on its own; one damaged record is set aside with its reason, never raised.
+def read_records(records: Sequence[Any], *, from_item: Callable[..., StoredFinding]) -> StreamRead:
+    """Read every record on its own with Powertools' stream-record model (images come back as plain
+    values); one damaged record is set aside with its reason, never raised.
 
-    ``decode`` turns a DynamoDB-typed image into plain values; ``from_item`` a plain item into a finding.
+    ``from_item`` turns a plain item into a finding.
     """
     read = StreamRead()
     for raw in records:
@@ -161,8 +160,11 @@ def read_records(
             continue
         read.records[rid] = raw
         try:
-            images = raw["dynamodb"]
-            change = change_of(rid, _image(images, "NewImage", decode), _image(images, "OldImage", decode), from_item)
+            images = parse_stream_record(raw).dynamodb
+            change = change_of(rid, _image(images.NewImage), _image(images.OldImage), from_item)
+        except ValidationError as exc:
+            read.unreadable[rid] = _reason(exc)
+            continue
         except Exception as exc:  # noqa: BLE001 - one damaged record is kept aside; it never fails the batch
             read.unreadable[rid] = f"{type(exc).__name__}: {exc}"[:300]
             continue
@@ -171,12 +173,11 @@ def read_records(
     return read
 
 
-def _image(
-    images: dict[str, Any], name: str, decode: Callable[[dict[str, Any]], dict[str, Any]]
-) -> dict[str, Any] | None:
-    value = images.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise TypeError(f"{name} is a {type(value).__name__}, not a map")
-    return decode(value) if value else None
+def _image(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) and value else None
+
+
+def _reason(exc: ValidationError) -> str:
+    # Where and what, never the input value (an image may hold anything).
+    parts = [f"{'.'.join(str(p) for p in e['loc']) or 'record'}: {e['msg']}" for e in exc.errors()[:3]]
+    return "; ".join(parts)[:300]

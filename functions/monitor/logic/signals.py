@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from functions.shared.events import ClusterEvent, ClusterStateChange, NodeHealthEvent
 from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments
@@ -83,9 +84,9 @@ def signal_of(event: ClusterEvent | ClusterStateChange | NodeHealthEvent) -> Clu
             reason += f" (HyperPod repair action {h.RepairAction})"
         return _signal(event.id, where, node, reason, notes, health)
     if isinstance(event, ClusterStateChange):
-        d = event.detail
-        where = _where(d.ClusterArn, d.ClusterName)
-        return _signal(event.id, where, None, f"cluster status {d.ClusterStatus or '(not given)'}", notes)
+        change = event.detail
+        where = _where(change.ClusterArn, change.ClusterName)
+        return _signal(event.id, where, None, f"cluster status {change.ClusterStatus or '(not given)'}", notes)
     e = event.detail.EventDetails
     if not eventbridge.triggers_triage(e.EventLevel, e.Description):
         return None
@@ -185,3 +186,28 @@ def handle_cluster_event(
     cluster = report.cluster.arn or signal.cluster_arn
     plan = plan_sweep(store.open_findings(cluster), report, now)
     return store.apply(plan, now)
+
+
+@dataclass
+class NodesRun:
+    """One log payload's nodes: what each triage changed, and the nodes left to the sweep."""
+
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)
+    transitions: Counter[str] = field(default_factory=Counter)
+
+
+def triage_nodes(
+    signals: Sequence[ClusterSignal], run: Callable[[ClusterSignal], dict[str, Any]], *, limit: int
+) -> NodesRun:
+    """Run the first ``limit`` node signals one after the other (``run`` is the idempotent signal runner,
+    so a retried payload redoes only the nodes that did not complete); the rest wait for the sweep."""
+    taken, rest = signals[:limit], signals[limit:]
+    result = NodesRun(deferred=[s.node for s in rest if s.node])
+    for signal in taken:
+        counted = dict(run(signal).get("transitions") or {})
+        result.transitions.update(counted)
+        result.nodes.append(
+            {"node": signal.node, "event_id": signal.event_id, "reason": signal.reason, "transitions": counted}
+        )
+    return result

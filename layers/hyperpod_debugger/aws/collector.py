@@ -185,13 +185,12 @@ class Collector:
 
     def collect(self, cluster: Cluster, opts: CollectOptions) -> ClusterObservation:
         nodes = self.observe(lambda: sagemaker.list_cluster_nodes(self.clients, cluster))
+        scope, eks_arn = opts.scope_node, cluster.eks_cluster_arn
         node_detail = (
-            self.observe(lambda: sagemaker.describe_cluster_node(self.clients, cluster, opts.scope_node))
-            if opts.scope_node
-            else None
+            self.observe(lambda: sagemaker.describe_cluster_node(self.clients, cluster, scope)) if scope else None
         )
-        if cluster.orchestrator == "EKS" and cluster.eks_cluster_arn:
-            eks_cluster = self.observe(lambda: eks.describe_cluster(self.clients, cluster.eks_cluster_arn))
+        if cluster.orchestrator == "EKS" and eks_arn:
+            eks_cluster = self.observe(lambda: eks.describe_cluster(self.clients, eks_arn))
         else:
             eks_cluster = Observed.skip(f"orchestrator is {cluster.orchestrator}, not EKS")
         extra_sgs: list[str] = []

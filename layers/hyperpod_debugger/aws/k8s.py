@@ -345,6 +345,12 @@ def _time(value: Any) -> datetime | None:
         return None
 
 
+def _map(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """``obj[key]`` when it is a map, else an empty one (the API may omit or garble any part)."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _meta(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     metadata = obj.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
@@ -354,8 +360,8 @@ def _meta(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 
 def parse_node(obj: dict[str, Any]) -> K8sNode:
     metadata = _meta(obj, "node")
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    spec = _map(obj, "spec")
+    status = _map(obj, "status")
     provider = spec.get("providerID")
     return K8sNode(
         name=metadata["name"],
@@ -369,10 +375,10 @@ def parse_node(obj: dict[str, Any]) -> K8sNode:
 
 
 def _container(status: dict[str, Any]) -> K8sContainerStatus:
-    state = status.get("state") if isinstance(status.get("state"), dict) else {}
+    state = _map(status, "state")
     name, detail = next(((k, v) for k, v in state.items() if isinstance(v, dict)), ("unknown", {}))
-    last = status.get("lastState") if isinstance(status.get("lastState"), dict) else {}
-    last_terminated = last.get("terminated") if isinstance(last.get("terminated"), dict) else {}
+    last = _map(status, "lastState")
+    last_terminated = _map(last, "terminated")
     reason = detail.get("reason")
     message = detail.get("message")
     last_reason = last_terminated.get("reason")
@@ -389,8 +395,8 @@ def _container(status: dict[str, Any]) -> K8sContainerStatus:
 
 def parse_pod(obj: dict[str, Any]) -> K8sPod:
     metadata = _meta(obj, "pod")
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    spec = _map(obj, "spec")
+    status = _map(obj, "status")
     # Init containers matter only while they have not completed (e.g. aws-vpc-cni-init crash-looping).
     pending_init = [c for c in _dicts(status.get("initContainerStatuses")) if not _completed(c)]
     containers = [*pending_init, *_dicts(status.get("containerStatuses"))]
@@ -406,14 +412,14 @@ def parse_pod(obj: dict[str, Any]) -> K8sPod:
 
 
 def _completed(status: dict[str, Any]) -> bool:
-    state = status.get("state") if isinstance(status.get("state"), dict) else {}
+    state = _map(status, "state")
     terminated = state.get("terminated")
     return isinstance(terminated, dict) and terminated.get("exitCode") == 0
 
 
 def parse_daemonset(obj: dict[str, Any]) -> K8sDaemonSet:
     metadata = _meta(obj, "daemonset")
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    status = _map(obj, "status")
     return K8sDaemonSet(
         namespace=str(metadata.get("namespace", "")),
         name=metadata["name"],
@@ -426,8 +432,8 @@ def parse_daemonset(obj: dict[str, Any]) -> K8sDaemonSet:
 
 def parse_event(obj: dict[str, Any]) -> K8sEvent:
     metadata = _meta(obj, "event")
-    involved = obj.get("involvedObject") if isinstance(obj.get("involvedObject"), dict) else {}
-    series = obj.get("series") if isinstance(obj.get("series"), dict) else {}
+    involved = _map(obj, "involvedObject")
+    series = _map(obj, "series")
     last_seen = (
         _time(obj.get("lastTimestamp"))
         or _time(series.get("lastObservedTime"))
@@ -522,9 +528,9 @@ def collect_kubernetes(
                 results[key] = Observed.failed(unreachable)
                 continue
             results[key] = _observe(reader, path, what, parse, params)
-            failure = results[key].failure
-            if failure is not None and failure.kind in ("endpoint", "timeout"):
-                unreachable = failure
+            failed = results[key].failure
+            if failed is not None and failed.kind in ("endpoint", "timeout"):
+                unreachable = failed
     finally:
         reader.close()
 

@@ -539,7 +539,8 @@ class _Session:
         except proto.ProtocolError as exc:
             log.warning("ssm: %s: unreadable acknowledge: %s", self.session_id, exc)
             return
-        if ack.message_type in ("", proto.INPUT_STREAM_DATA) and self.outgoing.pop(ack.sequence_number, None):
+        acked = ack.message_type in ("", proto.INPUT_STREAM_DATA)
+        if acked and self.outgoing.pop(ack.sequence_number, None) is not None:
             log.debug("ssm: %s: input #%d acknowledged", self.session_id, ack.sequence_number)
 
     async def _on_data(self, message: proto.ClientMessage, now: float) -> None:

@@ -333,7 +333,6 @@ class FindingStore:
                 time.sleep(0.05 * 2**attempt)  # throttled shards: back off before sending the rest
         return written
 
-
     def apply(self, plan: SweepPlan, now: datetime) -> list[Transition]:
         """Write a plan; return the transitions that happened (heartbeats are written, not returned)."""
         happened: list[Transition] = []

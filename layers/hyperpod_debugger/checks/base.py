@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.domain.observations import ClusterObservation
@@ -25,13 +25,19 @@ class CheckContext:
 
 CheckFn = Callable[[ClusterObservation, CheckContext], list[Finding]]
 
+Observation = TypeVar("Observation")
+Context = TypeVar("Context")
+
 
 @dataclass(frozen=True, slots=True)
-class Check:
+class Check(Generic[Observation, Context]):
+    """A check: a stable id, its runbook section, a title and the pure function that runs it, over a
+    cluster observation (``checks/``) or a node's probe document (``probe/``)."""
+
     id: str
     section: str
     title: str
-    run: CheckFn
+    run: Callable[[Observation, Context], list[Finding]]
 
 
 def finding(
@@ -80,5 +86,3 @@ def make_finding(
         **identity,
         **extra,
     )
-
-

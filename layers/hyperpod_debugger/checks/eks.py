@@ -90,17 +90,14 @@ def check_prerequisites(obs: ClusterObservation, ctx: CheckContext) -> list[Find
                 evidence=[
                     f"{eks.name} status={eks.status} vpc={eks.vpc_id}",
                     f"authenticationMode={eks.authentication_mode}",
-                    f"endpointPublicAccess={eks.endpoint_public} "
-                    f"endpointPrivateAccess={eks.endpoint_private}",
+                    f"endpointPublicAccess={eks.endpoint_public} endpointPrivateAccess={eks.endpoint_private}",
                 ],
             )
         )
     return findings
 
 
-def _vpc_alignment(
-    obs: ClusterObservation, eks: EksCluster, subnets: dict[str, Subnet] | None
-) -> list[Finding]:
+def _vpc_alignment(obs: ClusterObservation, eks: EksCluster, subnets: dict[str, Subnet] | None) -> list[Finding]:
     subnet_ids = obs.cluster.subnet_ids()
     if not subnet_ids:
         return []  # vpc.alignment reports a cluster without subnets
@@ -125,8 +122,7 @@ def _vpc_alignment(
             obs,
             CHECK_PREREQUISITES,
             Tag.FAIL,
-            f"HyperPod subnet(s) {', '.join(outside)} are not in {eks.vpc_id}, "
-            f"the VPC of EKS cluster {eks.name}",
+            f"HyperPod subnet(s) {', '.join(outside)} are not in {eks.vpc_id}, the VPC of EKS cluster {eks.name}",
             priority=Priority.P0,
             section="B.5",
             evidence=[f"EKS {eks.name} {eks.vpc_id}", *lines],
@@ -166,9 +162,7 @@ def _subnet_cidrs(subnet_ids: list[str], subnets: dict[str, Subnet] | None) -> l
     return cidrs
 
 
-def _control_plane_sg(
-    obs: ClusterObservation, eks: EksCluster, subnets: dict[str, Subnet] | None
-) -> list[Finding]:
+def _control_plane_sg(obs: ClusterObservation, eks: EksCluster, subnets: dict[str, Subnet] | None) -> list[Finding]:
     hp_sgs = obs.cluster.security_group_ids()
     if not hp_sgs:
         return []  # network.efa_sg / vpc.alignment report a cluster without security groups
@@ -189,8 +183,7 @@ def _control_plane_sg(
     target = eks.cluster_security_group_id or (eks_sgs[0] if eks_sgs else None)
     evidence = [
         f"HyperPod security groups: {', '.join(hp_sgs)}",
-        f"EKS security groups: {', '.join(eks_sgs) or '-'} "
-        f"(cluster SG {eks.cluster_security_group_id or '-'})",
+        f"EKS security groups: {', '.join(eks_sgs) or '-'} (cluster SG {eks.cluster_security_group_id or '-'})",
     ]
     for sg in visible:
         for r in sg.ingress:
@@ -352,7 +345,5 @@ def _authentication_mode(obs: ClusterObservation, eks: EksCluster) -> list[Findi
 
 
 CHECKS: tuple[Check, ...] = (
-    Check(
-        id=CHECK_PREREQUISITES, section="B.5", title="EKS prerequisites for HyperPod", run=check_prerequisites
-    ),
+    Check(id=CHECK_PREREQUISITES, section="B.5", title="EKS prerequisites for HyperPod", run=check_prerequisites),
 )

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from hyperpod_debugger.checks.base import Check, CheckContext, finding
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
@@ -194,7 +195,7 @@ def _is_parameter_mismatch(line: str, groups: frozenset[str]) -> bool:
     if _GROUP_NOT_FOUND.search(line):
         return True
     key = _KEY_ERROR.search(line)
-    return bool(key) and (key.group(1) in groups or "group" in key.group(1).lower())
+    return key is not None and (key.group(1) in groups or "group" in key.group(1).lower())
 
 
 def _is_generic_failure(line: str, groups: frozenset[str]) -> bool:
@@ -512,7 +513,8 @@ def parse_hma_message(text: str) -> tuple[tuple[int, ...], str | None, str | Non
     condition: str | None = None
     record = _load_record(text)
     if record is not None:
-        details = record.get("details") if isinstance(record.get("details"), dict) else {}
+        found = record.get("details")
+        details: dict[str, Any] = found if isinstance(found, dict) else {}
         detail_message = _text(details.get("message"))
         reason = _text(details.get("reason")) or _text(record.get("reason"))
         condition = _text(record.get("condition"))
@@ -625,7 +627,7 @@ def _xid_finding(obs: ClusterObservation, ctx: CheckContext, info: XidInfo, dete
     window = describe_window(ctx.log_window)
     evidence = _hma_evidence(detections, incidents)
     reads = _hma_read_commands(obs, ctx, stream)
-    common = {
+    common: dict[str, Any] = {
         "instance_id": stream.instance_id,
         "instance_group": stream.group,
         "evidence": evidence,

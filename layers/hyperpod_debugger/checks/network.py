@@ -225,8 +225,7 @@ def check_efa_sg(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
                 )
             else:
                 message = (
-                    f"{who}: missing outbound all-traffic rule to its own security group(s); "
-                    "EFA health checks fail"
+                    f"{who}: missing outbound all-traffic rule to its own security group(s); EFA health checks fail"
                 )
                 root_cause = (
                     "No outbound rule with protocol -1 references a security group of this set. "
@@ -283,9 +282,7 @@ def check_efa_sg(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
     return findings
 
 
-def _broad_egress(
-    obs: ClusterObservation, sets: list[SgSet], described: dict[str, SecurityGroup]
-) -> list[Finding]:
+def _broad_egress(obs: ClusterObservation, sets: list[SgSet], described: dict[str, SecurityGroup]) -> list[Finding]:
     findings: list[Finding] = []
     for sg_id in dict.fromkeys(sg for s in sets for sg in s.ids):
         sg = described.get(sg_id)
@@ -321,9 +318,7 @@ def _broad_egress(
     return findings
 
 
-def _cross_set(
-    obs: ClusterObservation, sets: list[SgSet], described: dict[str, SecurityGroup]
-) -> list[Finding]:
+def _cross_set(obs: ClusterObservation, sets: list[SgSet], described: dict[str, SecurityGroup]) -> list[Finding]:
     """Instance groups on different SG sets must admit each other's traffic."""
     used = [s for s in sets if s.groups]
     findings: list[Finding] = []
@@ -339,8 +334,7 @@ def _cross_set(
                 if not rules_admit_groups(rules, src.ids):
                     blocked.append(f"{', '.join(src.groups)} -> {', '.join(dst.groups)}")
                     evidence.append(
-                        f"inbound of {', '.join(dst.ids)} has no all-traffic rule "
-                        f"from any of {', '.join(src.ids)}"
+                        f"inbound of {', '.join(dst.ids)} has no all-traffic rule from any of {', '.join(src.ids)}"
                     )
             if not blocked:
                 continue

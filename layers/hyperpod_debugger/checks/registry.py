@@ -147,7 +147,7 @@ def is_iam_action(action: str) -> bool:
 def run_checks(
     obs: ClusterObservation, ctx: CheckContext, checks: tuple[Check, ...] = ALL_CHECKS
 ) -> tuple[list[Finding], list[CheckCoverage]]:
-    identity = {"cluster_arn": obs.cluster.arn, "cluster_name": obs.cluster.name}
+    identity: dict[str, str | None] = {"cluster_arn": obs.cluster.arn, "cluster_name": obs.cluster.name}
     findings, coverage, denied_by = execute(checks, obs, ctx, identity, ctx.scope_node)
     return _permission_findings(obs, denied_by) + findings, coverage
 

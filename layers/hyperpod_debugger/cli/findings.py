@@ -113,7 +113,7 @@ def render_history(records: Sequence[Any], node: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_sweeps(records: Sequence[dict[str, Any]], cluster: str) -> str:
+def render_sweeps(records: Sequence[Any], cluster: str) -> str:
     lines = [f"Latest sweeps of {cluster}: {len(records)}"]
     for r in records:
         checks = r.get("checks") or {}

@@ -14,6 +14,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from importlib.metadata import entry_points
+from typing import Literal
 
 from hyperpod_debugger import __version__
 from hyperpod_debugger.cli import findings as findings_cli
@@ -21,6 +22,8 @@ from hyperpod_debugger.cli.common import region_for
 from hyperpod_debugger.domain import validate
 
 EXIT_INVALID = 2
+#: --orchestrator as the evaluators name it
+_ORCHESTRATORS: dict[str, Literal["EKS", "Slurm"]] = {"eks": "EKS", "slurm": "Slurm"}
 
 
 def _hours(value: str) -> timedelta:
@@ -237,7 +240,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         doc,
         instance_type=args.instance_type,
         now=args.now or doc.collected_at or datetime.now(UTC),
-        orchestrator={"eks": "EKS", "slurm": "Slurm"}.get(args.orchestrator or ""),
+        orchestrator=_ORCHESTRATORS.get(args.orchestrator or ""),
         role=args.role,
         window=args.window,
         instance_id=instance_id,

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from hyperpod_debugger.domain.sections import is_section, link, pointer
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 
 
 class Tag(StrEnum):
@@ -277,4 +277,3 @@ def trim_evidence(
     if say_more and left > 0 and len(lines) > max_lines:
         out.append(f"… and {len(lines) - max_lines} more")
     return out
-

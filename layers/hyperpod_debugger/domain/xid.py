@@ -116,9 +116,7 @@ def lookup(code: int) -> XidInfo:
 # "NVRM: Xid (0000:03:00): 14, Channel ...". The look-behind keeps NVSwitch "SXid (...)" lines out.
 _XID_STRICT = re.compile(r"(?<![A-Za-z])Xid\s*\([^()\n]*\)\s*:\s*(\d{1,4})\b", re.IGNORECASE)
 # Free-text forms seen in agent messages: "Xid 79", "XID: 48", "XID error 79", "Xid=74".
-_XID_LOOSE = re.compile(
-    r"(?<![A-Za-z])Xid(?:\s*(?:error|err|code|num(?:ber)?))?\s*[:=#]?\s*(\d{1,4})\b", re.IGNORECASE
-)
+_XID_LOOSE = re.compile(r"(?<![A-Za-z])Xid(?:\s*(?:error|err|code|num(?:ber)?))?\s*[:=#]?\s*(\d{1,4})\b", re.IGNORECASE)
 
 
 def parse_xid_codes(text: str, *, loose: bool = False) -> list[int]:
@@ -134,8 +132,6 @@ def parse_xid_codes(text: str, *, loose: bool = False) -> list[int]:
     found: list[tuple[int, int]] = [(m.start(), int(m.group(1))) for m in _XID_STRICT.finditer(text)]
     if loose:
         taken = {start for start, _ in found}
-        found.extend(
-            (m.start(), int(m.group(1))) for m in _XID_LOOSE.finditer(text) if m.start() not in taken
-        )
+        found.extend((m.start(), int(m.group(1))) for m in _XID_LOOSE.finditer(text) if m.start() not in taken)
         found.sort()
     return [code for _, code in found]

@@ -50,8 +50,10 @@ class TokenBucket:
                 now = self._clock()
                 self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
                 self._last = now
-                if self._tokens >= 1:
-                    self._tokens -= 1
+                # a clock that advances exactly the time asked for can leave the count a rounding error
+                # short of a token: count it as one rather than wait a near-zero time for ever
+                if self._tokens >= 1 - 1e-9:
+                    self._tokens = max(0.0, self._tokens - 1)
                     return
                 await asyncio.sleep((1 - self._tokens) / self.rate)
 
@@ -171,11 +173,7 @@ def outcome_findings(
     instead of many when one outcome dominates (the circuit breaker)."""
     failed = [p for p in probes if p.outcome != "OK"]
     counts = Counter(p.outcome for p in failed)
-    tripped = {
-        outcome
-        for outcome, n in counts.items()
-        if n >= BREAKER_MIN_NODES and n >= BREAKER_SHARE * len(probes)
-    }
+    tripped = {outcome for outcome, n in counts.items() if n >= BREAKER_MIN_NODES and n >= BREAKER_SHARE * len(probes)}
     out: list[Finding] = []
     for outcome in sorted(tripped):
         group = [p for p in failed if p.outcome == outcome]

@@ -890,9 +890,9 @@ def _thermal_state(gpu: Gpu) -> ThermalState:
             state.reasons[name] = fact
     if state.temperature is None and gpu.q is not None:
         entry = nvsmi.q_value(gpu.q, "temperature", "gpu current temp")
-        value = nvsmi.number(entry.value) if entry else None
-        if entry is not None and value is not None:
-            state.temperature = gpu.q_fact(value, entry.line)
+        celsius = nvsmi.number(entry.value) if entry else None
+        if entry is not None and celsius is not None:
+            state.temperature = gpu.q_fact(celsius, entry.line)
     return state
 
 
@@ -926,7 +926,7 @@ def check_gpu_thermal(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
 
     hot = [s for s in judged if (temps[id(s)] or 0) >= HOT_CELSIUS]
     if hot:
-        cool = [temps[id(s)] for s in judged if s not in hot and temps[id(s)] is not None]
+        cool = [t for s in judged if s not in hot and (t := temps[id(s)]) is not None]
         listed = ", ".join(f"{s.gpu.label} at {temps[id(s)]:.0f} °C" for s in hot)
         if cool:
             where = (
@@ -1028,13 +1028,14 @@ def _reasons_in_csv(gs: GpuSet) -> bool:
 
 
 def _outliers(judged: list[ThermalState], temps: dict[int, float | None]) -> list[tuple[ThermalState, float]]:
-    measured = [s for s in judged if temps[id(s)] is not None]
+    known = {id(s): t for s in judged if (t := temps[id(s)]) is not None}
+    measured = [s for s in judged if id(s) in known]
     if len(measured) < 3:
         return []
     found = []
     for state in measured:
-        others = [temps[id(o)] for o in measured if o is not state]
-        delta = temps[id(state)] - statistics.median(others)  # type: ignore[operator,arg-type]
+        others = [known[id(o)] for o in measured if o is not state]
+        delta = known[id(state)] - statistics.median(others)
         if delta >= OUTLIER_CELSIUS:
             found.append((state, delta))
     return found

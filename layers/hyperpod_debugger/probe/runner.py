@@ -63,9 +63,7 @@ def select_nodes(
     return chosen, note
 
 
-def ssm_runner(
-    clients: AwsClients, region: str, timeout: float, documents: SessionDocuments = NO_DOCUMENTS
-) -> Runner:
+def ssm_runner(clients: AwsClients, region: str, timeout: float, documents: SessionDocuments = NO_DOCUMENTS) -> Runner:
     """Commands through Session Manager. With pinned ``documents`` a command runs only through the
     document that carries it; a command no document carries is refused before any call."""
     from hyperpod_debugger.aws import ssm_session
@@ -134,7 +132,7 @@ def probe_cluster(
         ctx = ProbeContext(
             instance_type=probe.node.instance_type,
             now=now,
-            orchestrator=cluster.orchestrator if cluster.orchestrator in ("EKS", "Slurm") else None,  # type: ignore[arg-type]
+            orchestrator=cluster.orchestrator if cluster.orchestrator in ("EKS", "Slurm") else None,
             role=_role(cluster, probe.node, controllers),  # type: ignore[arg-type]
             window=options.window,
             instance_id=probe.node.instance_id,

@@ -37,8 +37,8 @@ def detect_owner(tags: dict[str, str]) -> Ownership | None:
         return Ownership(tool, stack, f"{key}={tags[key]}")
     for key, value in tags.items():
         if key.startswith("pulumi:"):
-            stack = tags.get("pulumi:stack") or tags.get("pulumi:project")
-            return Ownership("Pulumi", stack, f"{key}={value}")
+            pulumi_stack = tags.get("pulumi:stack") or tags.get("pulumi:project")
+            return Ownership("Pulumi", pulumi_stack, f"{key}={value}")
     for key, value in tags.items():
         if _TERRAFORM_KEYS.match(key):
             return Ownership("Terraform", tags.get("terraform:workspace") or None, f"{key}={value}")

@@ -119,8 +119,8 @@ def render_text(report: TriageReport, colour: bool = False) -> str:
         for f in sorted(block, key=lambda f: f.instance_id or "") if title_.startswith("On the nodes") else block:
             if title_.startswith("On the nodes") and f.instance_id and f.instance_id != current:
                 current = f.instance_id
-                group = f" ({f.instance_group})" if f.instance_group else ""
-                out.append(f"-- node {f.instance_id}{group}")
+                group_label = f" ({f.instance_group})" if f.instance_group else ""
+                out.append(f"-- node {f.instance_id}{group_label}")
             out.extend(_finding_block(f, colour))
 
     out.append("")

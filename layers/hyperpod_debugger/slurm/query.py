@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments
-from hyperpod_debugger.aws.ssm_types import SessionError, TargetError, session_target
+from hyperpod_debugger.aws.ssm_types import CommandResult, SessionError, TargetError, session_target
 from hyperpod_debugger.domain.observations import ApiFailure, Cluster, ClusterNode, Observed
 from hyperpod_debugger.domain.orchestrators import SlurmController, SlurmObservation
 from hyperpod_debugger.probe.fleet import Runner
@@ -20,6 +20,10 @@ _CANDIDATE_GROUP = re.compile(r"controller|head|master|login", re.I)
 #: Candidates tried before giving up (each is one session).
 MAX_CANDIDATES = 3
 _OUTCOME_KIND = {"DENIED": "denied", "TIMEOUT": "timeout", "THROTTLED": "throttled", "UNREACHABLE": "endpoint"}
+
+
+async def _awaited(call: Awaitable[CommandResult]) -> CommandResult:
+    return await call
 
 
 def candidates(nodes: Sequence[ClusterNode]) -> list[ClusterNode]:
@@ -53,7 +57,7 @@ def query_controller(
     for node in picks:
         try:
             target = session_target(cluster.arn, node.group, node.instance_id)
-            result = asyncio.run(run(target, command))
+            result = asyncio.run(_awaited(run(target, command)))
         except TargetError as exc:
             last_failure = ApiFailure("ssm:StartSession", "error", str(exc))
             continue
