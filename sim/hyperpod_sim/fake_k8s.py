@@ -50,6 +50,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from hyperpod_debugger.probe.catalog import spec_for
 from hyperpod_sim.background import serve_in_background, stop_serving
 
 __all__ = [
@@ -538,8 +539,20 @@ def _node(instance_id: str, name: str, labels: dict[str, str], az: str, **extra:
         "status": {
             "conditions": extra.pop("conditions", _conditions(True)),
             "nodeInfo": {"kubeletVersion": "v1.32.9-eks-113cf36", "containerRuntimeVersion": "containerd://1.7.27"},
+            "allocatable": extra.pop("allocatable", _allocatable(labels.get("node.kubernetes.io/instance-type"))),
         },
     }
+
+
+def _allocatable(instance_type: str | None) -> dict[str, str]:
+    """What the kubelet and the device plugins advertise: GPUs (NVIDIA plugin), EFA interfaces (EFA plugin)."""
+    spec = spec_for(instance_type or "")
+    out = {"cpu": "31850m", "ephemeral-storage": "95491281146", "memory": "127500000Ki", "pods": "110"}
+    if spec is not None and spec.gpus:
+        out["nvidia.com/gpu"] = str(spec.gpus)
+    if spec is not None and spec.efa:
+        out["vpc.amazonaws.com/efa"] = str(spec.efa)
+    return out
 
 
 def _container_status(name: str, image: str, *, ready: bool = True, restarts: int = 0, **state: Any) -> dict:

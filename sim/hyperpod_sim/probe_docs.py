@@ -151,8 +151,10 @@ def _chrony(synced: bool) -> str:
     )
 
 
-def _services(orchestrator: str | None, faults: set[str], controller: bool) -> str:
+def _services(orchestrator: str | None, faults: set[str], controller: bool, nvswitch: bool = False) -> str:
     states = {"amazon-ssm-agent": "active", "nvidia-dcgm": "active"}
+    if nvswitch:  # HGX boards run NVIDIA Fabric Manager for their NVSwitches
+        states["nvidia-fabricmanager"] = "active"
     if orchestrator == "EKS":
         states["containerd"] = "inactive" if "containerd_down" in faults else "active"
         states["kubelet"] = "active"
@@ -187,7 +189,7 @@ def node_document(
         "df": _df(93 if "root_full" in chosen else 41),
         "findmnt": _FINDMNT,
         "chronyc_tracking": _chrony("clock_unsynced" not in chosen),
-        "systemctl_is_active": _services(orchestrator, chosen, controller),
+        "systemctl_is_active": _services(orchestrator, chosen, controller, nvswitch=gpus == 8 and "H100" in gpu_model),
         "meminfo": "MemTotal:       2097152000 kB\nMemFree:        1500000000 kB\nMemAvailable:   1900000000 kB\n"
         "HugePages_Total:       0\nHugePages_Free:        0\n",
         "kernel_log": _kernel(hostname, now, chosen, previous=False),

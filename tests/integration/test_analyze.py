@@ -200,3 +200,48 @@ def test_probe_script_command_prints_the_packaged_script(capsys):
     assert main(["probe-script"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("#!/usr/bin/env bash") and "nvidia_smi_query_gpu" in out
+
+
+# --------------------------------------------------------------------------- no PASS without having read
+
+
+def test_an_unknown_instance_type_is_refused_with_the_known_ones(tmp_path, capsys):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "kernel_log.txt").write_text("[  416.096724] NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus.\n")
+    assert main(["analyze", "--raw-dir", str(raw), "--instance-type", "ml.foo.bar"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown instance type 'ml.foo.bar'" in err and "ml.p5.48xlarge" in err and "ml.trn1.32xlarge" in err
+
+
+@pytest.mark.parametrize("files", [{}, {"dmesg.log": "x\n", "nvidia-smi.txt": "x\n"}], ids=["empty", "misnamed"])
+def test_a_raw_dir_with_nothing_readable_is_unknown_and_says_what_it_expected(files, tmp_path, capsys):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name, text in files.items():
+        (raw / name).write_text(text)
+    code = main(["analyze", "--raw-dir", str(raw), "--instance-type", "ml.p5.48xlarge", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    jsonschema.validate(report, SCHEMA)
+    assert code == 1 and report["exit_code"] == 1
+    assert not any(f["tag"] == "PASS" for f in report["findings"])
+    [unread] = [f for f in report["findings"] if f["tag"] == "UNKNOWN"]
+    assert "Nothing could be judged" in unread["message"] and "kernel_log" in " ".join(unread["evidence"])
+    for name in files:
+        assert name in unread["message"]
+
+
+def test_a_pasted_dmesg_without_uptime_is_judged_as_of_its_newest_line(tmp_path, capsys):
+    # GIVEN a dmesg -T capture from months ago, no --now, no uptime file
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "kernel_log.txt").write_text(
+        "[Tue Mar  5 10:11:12 2024] NVRM: Xid (PCI:0000:53:00): 79, pid=1234, name=python3, GPU has fallen off the bus.\n"
+        "[Tue Mar  5 10:11:13 2024] NVRM: GPU 0000:53:00.0: GPU has fallen off the bus.\n"
+    )
+    code = main(["analyze", "--raw-dir", str(raw), "--instance-type", "ml.p5.48xlarge", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    # THEN the Xid is judged inside the window that ends at the log's newest line, and the report says so
+    [xid] = [f for f in report["findings"] if f["check"] == "probe.xid" and f["tag"] != "INFO"]
+    assert (xid["tag"], xid["node_action"]) == ("FAIL", "reboot") and code == 1
+    assert any("Judged as of 2024-03-05T10:11:13Z" in f["message"] for f in report["findings"])

@@ -435,7 +435,8 @@ def test_systemctl_states_carry_their_unit(hostile_run):
     lines = item["stdout"].splitlines()
     assert lines[0] == "amazon-ssm-agent inactive"
     assert "containerd active" in lines and "kubelet active" in lines
-    assert len(lines) == 9
+    # every unit probe.sh asks about (the nine service units and nvidia-fabricmanager), one line each
+    assert len(lines) == 10 and lines[-1].startswith("nvidia-fabricmanager ")
 
 
 def test_big_outputs_are_cut_with_marker_and_flag(hostile_run):

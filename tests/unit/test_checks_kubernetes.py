@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import shlex
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hyperpod_debugger.aws.k8s import parse_node
 from hyperpod_debugger.checks.kubernetes import (
     CHECKS,
     check_cni,
     check_deep_health,
+    check_efa_device_plugin,
     check_hyperpod_namespace,
     check_node_health,
     check_system_pods,
@@ -168,6 +171,7 @@ def test_checks_are_registered_with_their_sections():
     assert {c.id: c.section for c in CHECKS} == {
         "k8s.node_health": "F",
         "k8s.deep_health": "G",
+        "k8s.efa_device_plugin": "A",
         "k8s.cni": "O",
         "k8s.system_pods": "O",
         "k8s.hyperpod_namespace": "B.1",
@@ -636,3 +640,56 @@ def test_namespace_missing_falls_back_to_the_cluster_eks_arn():
 def test_namespace_list_unreadable_propagates():
     with pytest.raises(Unobservable):
         check_hyperpod_namespace(kobs(namespaces=Observed.failed(DENIED)), b.context())
+
+
+# --------------------------------------------------------------------------- k8s.efa_device_plugin
+# Nodes as the API returns them (tests/fixtures/k8s/nodes.json: four ml.p5.48xlarge HyperPod nodes whose
+# status.allocatable carries vpc.amazonaws.com/efa "32", what the EFA device plugin advertises for the 32
+# EFA interfaces of a p5.48xlarge, one ml.m5.12xlarge HyperPod node and one EKS node), through our parser.
+
+K8S_FIXTURES = Path(__file__).parents[1] / "fixtures" / "k8s"
+
+
+def fixture_nodes(*, changed: int = 0, efa: str | None = None) -> list[K8sNode]:
+    raw = json.loads((K8S_FIXTURES / "nodes.json").read_text())["items"]
+    efa_nodes = [i for i in raw if "vpc.amazonaws.com/efa" in i["status"].get("allocatable", {})]
+    for item in efa_nodes[:changed]:
+        if efa is None:
+            item["status"]["allocatable"].pop("vpc.amazonaws.com/efa", None)
+        else:
+            item["status"]["allocatable"]["vpc.amazonaws.com/efa"] = efa
+    return [parse_node(item) for item in raw]
+
+
+def test_every_efa_capable_node_advertising_efa_passes():
+    (result,) = check_efa_device_plugin(kobs(nodes=fixture_nodes()), b.context())
+    assert result.tag is Tag.PASS and "(4)" in result.message and result.section == "A"
+
+
+@pytest.mark.parametrize("efa", [None, "0"], ids=["absent", "zero"])
+def test_nodes_without_the_efa_resource_fail_naming_them(efa):
+    nodes = fixture_nodes(changed=2, efa=efa)
+    (result,) = check_efa_device_plugin(kobs(nodes=nodes), b.context())
+    assert (result.tag, result.priority, result.section) == (Tag.FAIL, Priority.P1, "A")
+    assert result.message.startswith("2 of 4 EFA-capable HyperPod node(s) advertise no vpc.amazonaws.com/efa")
+    assert "TCP" in result.message
+    assert all(nodes[i].name in " ".join(result.evidence) for i in range(2))
+    assert not any(c.mutates for c in result.suggested_commands)
+
+
+def test_a_plugin_daemonset_scheduling_nothing_is_named_as_the_cause():
+    plugin = ds(0, 0, name="aws-efa-k8s-device-plugin-daemonset")
+    (result,) = check_efa_device_plugin(kobs(nodes=fixture_nodes(changed=4), daemonsets=[ds(), plugin]), b.context())
+    assert result.tag is Tag.FAIL and "DESIRED 0" in result.message
+
+
+def test_no_plugin_daemonset_at_all_is_said():
+    (result,) = check_efa_device_plugin(kobs(nodes=fixture_nodes(changed=4)), b.context())
+    assert "no EFA device plugin DaemonSet in kube-system" in result.message
+
+
+def test_nodes_of_types_without_efa_are_not_judged():
+    with pytest.raises(NotApplicable):
+        check_efa_device_plugin(
+            kobs(nodes=[knode(HEALTHY, labels={"node.kubernetes.io/instance-type": "ml.g5.8xlarge"})]), b.context()
+        )

@@ -120,16 +120,21 @@ def test_healthy_journal_with_benign_keyword_lines_passes(check):
 # --------------------------------------------------------------------------- probe.xid
 
 
-def test_dbe_row_remap_and_contained_ecc_xids_are_hardware_faults_to_reboot():
+def test_dbe_and_row_remap_xids_are_faults_to_reboot_and_the_contained_one_needs_no_node_action():
     # GIVEN the xid48/63/94 capture, evaluated the same afternoon
     d = doc(kernel_log=fixture("xid48-63-94-dbe-rowremap-iso.txt"), uptime=86400.0)
     findings = check_xid(d, at(datetime(2024, 11, 15, 18, 0, tzinfo=UTC)))
-    # THEN one finding per code, each a memory fault on GPU 0000:19:00: FAIL P1, reboot
+    # THEN one finding per code on GPU 0000:19:00. NVIDIA's catalogue: 48 (DBE) and 63 (row remap) ask
+    # for a GPU reset (FAIL P1, reboot); 94 is contained (only the touching process was stopped, the
+    # remap happens at the next reset): WARN, no node action of its own
     assert sorted(int(f.message.split()[1]) for f in findings) == [48, 63, 94]
     for f in findings:
-        assert (f.tag, f.priority, f.section, f.node_action) == (Tag.FAIL, Priority.P1, "G.1", "reboot")
-        assert "0000:19:00" in f.message
+        assert f.section == "G.1" and "0000:19:00" in f.message
+    for code in (48, 63):
+        f = by_code(findings, code)
+        assert (f.tag, f.priority, f.node_action) == (Tag.FAIL, Priority.P1, "reboot")
     xid94 = by_code(findings, 94)
+    assert (xid94.tag, xid94.node_action) == (Tag.WARN, "investigate") and "contained" in xid94.message
     assert "9 lines" in xid94.message and "2024-11-15T12:02:03Z" in xid94.message
     # AND the evidence is the driver's own lines, and the ECC/remap commands are offered read-only
     assert xid94.evidence[0].startswith("2024-11-15T12:02:03,506595+00:00 NVRM: Xid (PCI:0000:19:00): 94,")
@@ -152,7 +157,7 @@ def test_a_wider_window_still_reaches_the_old_xids():
     # THEN the old Xids count again (the window comes from the context)
     d = doc(kernel_log=fixture("xid48-63-94-dbe-rowremap-iso.txt"), uptime=5 * 86400.0)
     context = ProbeContext("ml.p5.48xlarge", datetime(2024, 11, 18, 18, 0, tzinfo=UTC), window=timedelta(days=7))
-    assert {f.tag for f in check_xid(d, context)} == {Tag.FAIL}
+    assert Tag.FAIL in {f.tag for f in check_xid(d, context)}
 
 
 def test_application_xids_are_the_workloads_fault():
@@ -226,8 +231,9 @@ def test_gsp_timeout_xid_119_is_a_driver_fault_to_reboot():
     # GIVEN repeated Xid 119 (dmesg -T) on GPU 0000:9b:00
     d = doc(kernel_log=fixture("xid119-gsp-timeout-h100-dmesgT.txt"), uptime=10 * 3600.0)
     result = only(check_xid(d, at(datetime(2025, 2, 23, 20, 0, tzinfo=UTC))))
-    # THEN WARN P1 reboot with the count and the first/last times
-    assert (result.tag, result.priority, result.node_action) == (Tag.WARN, Priority.P1, "reboot")
+    # THEN FAIL P1 reboot with the count and the first/last times: the GPU's firmware stopped answering,
+    # so the GPU is unusable until a reset (a node action is never a mere WARN)
+    assert (result.tag, result.priority, result.node_action) == (Tag.FAIL, Priority.P1, "reboot")
     assert "5 lines" in result.message
     assert "2025-02-23T16:24:18Z … 2025-02-23T16:30:13Z" in result.message
 
@@ -272,14 +278,23 @@ def test_injected_hma_xid_74_syslog_line_is_placed_by_its_uptime():
     assert (result.tag, result.node_action) == (Tag.FAIL, "reboot")
 
 
-def test_undated_xid_lines_of_an_old_boot_are_not_judged_and_the_pass_says_so():
-    # GIVEN an undated Xid 79 line on a node up for 3 days
+def test_undated_xid_lines_of_an_old_boot_still_count_with_the_caveat_never_a_pass():
+    # GIVEN an undated Xid 79 line (cat-mode journal) on a node up for 3 days
     # WHEN probe.xid runs
-    # THEN it cannot be placed in the window: PASS, and the evidence says lines were not judged
+    # THEN it is this boot's, time unknown: the GPU fell off the bus in this boot and has not been reset
+    # since, so it is a FAIL (never a PASS), and the evidence says it may be older than the window
     d = doc(kernel_log="NVRM: Xid (PCI:0000:91:00): 79, GPU has fallen off the bus.\n", uptime=3 * 86400.0)
     result = only(check_xid(d, ctx()))
-    assert result.tag is Tag.PASS
-    assert any("unknown time not judged" in e for e in result.evidence)
+    assert result.tag is Tag.FAIL and "this boot, time unknown" in result.message
+    assert any("possibly older than the 24 h window" in e for e in result.evidence)
+
+
+def test_undated_xid_lines_without_any_boot_time_count_as_this_boot():
+    # GIVEN raw dmesg lines stamped only with seconds since boot and no uptime (a pasted dmesg)
+    d = doc(kernel_log="[  416.096724] NVRM: Xid (PCI:0000:91:00): 62, pid=2, name=python, 0000a89a\n", uptime=None)
+    result = only(check_xid(d, ctx()))
+    assert result.tag is Tag.FAIL and result.message.startswith("Xid 62")
+    assert any("boot time is unknown" in e for e in result.evidence)
 
 
 def test_undated_xid_lines_of_a_recent_boot_count_and_say_their_time_is_unknown():
@@ -459,9 +474,14 @@ def test_soft_lockup_in_the_nvidia_driver_and_hung_task_are_warnings():
 
 def test_gpu_off_the_bus_without_an_xid_is_an_nvidia_driver_finding():
     # GIVEN NVRM 'fallen off the bus' and 'RmInitAdapter failed' lines without Xid lines
-    # WHEN probe.kernel_faults runs
+    # WHEN probe.xid runs
     # THEN both are NVIDIA-driver findings in section G.1 asking for a reboot
-    findings = check_kernel_faults(doc(kernel_log=fixture("rec-journal-nvrm-off-bus-init-failed.txt")), ctx())
+    findings = check_xid(doc(kernel_log=fixture("rec-journal-nvrm-off-bus-init-failed.txt")), ctx())
+    # (the NVIDIA driver's faults are probe.xid's, Xid line or not; probe.kernel_faults leaves them alone)
+    assert (
+        only(check_kernel_faults(doc(kernel_log=fixture("rec-journal-nvrm-off-bus-init-failed.txt")), ctx())).tag
+        is Tag.PASS
+    )
     off = next(f for f in findings if "fell off" in f.message)
     init = next(f for f in findings if "initialise" in f.message)
     assert (off.tag, off.priority, off.section, off.node_action) == (Tag.FAIL, Priority.P0, "G.1", "reboot")
@@ -470,14 +490,15 @@ def test_gpu_off_the_bus_without_an_xid_is_an_nvidia_driver_finding():
 
 def test_gpu_off_the_bus_in_both_boots_means_replace():
     # GIVEN a GPU off the bus before the reboot and again after it
-    # WHEN probe.kernel_faults runs
+    # WHEN probe.xid runs
     # THEN the node should be replaced
     line = "NVRM: GPU 0000:53:00.0: GPU has fallen off the bus."
     d = doc(
         kernel_log=journal(datetime(2026, 11, 30, 9, 0, tzinfo=UTC), line),
         kernel_log_previous_boot=journal(datetime(2026, 11, 30, 5, 50, tzinfo=UTC), line),
     )
-    assert only(check_kernel_faults(d, ctx())).node_action == "replace"
+    result = only(check_xid(d, ctx()))
+    assert (result.tag, result.node_action) == (Tag.FAIL, "replace") and "0000:53:00" in result.message
 
 
 def test_off_the_bus_line_beside_its_xid_79_is_left_to_the_xid_check():
@@ -488,12 +509,14 @@ def test_off_the_bus_line_beside_its_xid_79_is_left_to_the_xid_check():
     assert only(check_kernel_faults(d, ctx())).tag is Tag.PASS
 
 
-def test_storage_io_errors_are_not_kernel_faults():
-    # GIVEN NVMe I/O errors and XFS log errors
+def test_storage_io_errors_are_a_fault_never_a_pass():
+    # GIVEN NVMe write errors and XFS log errors (the capture's source: a failing local NVMe in a RAID)
     # WHEN probe.kernel_faults runs
-    # THEN none of them is taken for a panic, lockup or hardware error
+    # THEN they are a FAIL of their own, not a panic or lockup, and not a PASS
     d = doc(kernel_log=fixture("dmesg-nvme-blk-io-error-xfs-log-eio.txt"), uptime=470911.9 + 60)
-    assert only(check_kernel_faults(d, ctx())).tag is Tag.PASS
+    result = only(check_kernel_faults(d, ctx()))
+    assert (result.tag, result.section) == (Tag.FAIL, "N") and result.message.startswith("Disk I/O errors")
+    assert "5 lines" in result.message
 
 
 def test_pass_says_when_the_previous_boot_was_not_available():

@@ -297,18 +297,36 @@ def test_undated_lines_count_when_this_boot_began_inside_the_window():
     assert len(selected.lines) == 1 and selected.undated_counted == 1
 
 
-def test_undated_lines_are_ignored_when_the_boot_is_older_than_the_window():
-    # GIVEN the same line on a node up for 3 days
+def test_undated_lines_of_this_boot_count_even_when_the_boot_is_older_than_the_window():
+    # GIVEN the same line on a node up for 3 days: it carries no time, but it is this boot's
+    # THEN it is never dropped (a dropped fault would become a PASS); the evaluators add the caveat
     selected = recent(doc(kernel_log="NEURON_HW_ERR=X nd-id=0\n", uptime=3 * 86400.0), THIS_BOOT, NOW, DAY)
-    assert selected.lines == () and selected.undated_ignored == 1
+    assert len(selected.lines) == 1 and selected.undated_counted == 1 and selected.undated_ignored == 0
 
 
-def test_undated_lines_are_ignored_when_the_boot_time_is_unknown():
-    # GIVEN an undated line in a document without uptime
-    # WHEN the window is applied
-    # THEN the line is not counted and is accounted as ignored
+def test_undated_lines_count_when_the_boot_time_is_unknown():
+    # GIVEN an undated line in a document without uptime (a pasted log)
     selected = recent(doc(kernel_log="NEURON_HW_ERR=X\n", uptime=None), THIS_BOOT, NOW, DAY)
-    assert selected.lines == () and selected.undated_ignored == 1
+    assert len(selected.lines) == 1 and selected.undated_counted == 1
+
+
+def test_undated_previous_boot_lines_are_ignored_only_when_that_boot_ended_before_the_window():
+    # GIVEN an undated previous-boot line; this boot began 3 days ago, so the previous one ended then
+    old = recent(
+        doc(kernel_log="", kernel_log_previous_boot="Kernel panic - not syncing: x\n", uptime=3 * 86400.0),
+        PREVIOUS_BOOT,
+        NOW,
+        DAY,
+    )
+    assert old.lines == () and old.undated_ignored == 1
+    # and with no boot time at all it counts (time unknown)
+    unknown = recent(
+        doc(kernel_log="", kernel_log_previous_boot="Kernel panic - not syncing: x\n", uptime=None),
+        PREVIOUS_BOOT,
+        NOW,
+        DAY,
+    )
+    assert len(unknown.lines) == 1
 
 
 def test_raw_dmesg_of_an_old_boot_falls_out_of_the_window_by_its_uptime():

@@ -209,7 +209,7 @@ def test_given_procps4_free_h_with_iec_units_when_parsed_then_gi_and_mi_are_read
     assert mem.total == int(7.6 * GIB) and mem.available == int(7.0 * GIB) and mem.swap_free == int(2.0 * GIB)
 
 
-def test_given_old_free_without_available_when_parsed_then_available_is_none():
+def test_given_old_free_without_available_when_parsed_then_available_is_estimated_without_shared():
     # GIVEN procps 3.3.9 `free -b` (buffers/cached columns, -/+ line)
     text = (
         "             total       used       free     shared    buffers     cached\n"
@@ -217,9 +217,12 @@ def test_given_old_free_without_available_when_parsed_then_available_is_none():
         "-/+ buffers/cache: 4748124160 3624898560\n"
         "Swap:            0          0          0\n"
     )
-    # WHEN parsed  THEN total is read and available stays unknown (not guessed)
+    # WHEN parsed  THEN total is read and available is estimated as free + buffers + cached - shared
+    # (procps's own -/+ line would count /dev/shm, which cannot be reclaimed, as free)
     mem = parse_free(text)
-    assert mem.total == 8373022720 and mem.free == 382386176 and mem.available is None
+    assert mem.total == 8373022720 and mem.free == 382386176
+    assert mem.available == 382386176 + 140623872 + 3101888512 - 1032192
+    assert "estimated" in (mem.mem_line or "")
 
 
 def test_given_meminfo_when_parsed_then_kb_fields_are_bytes_and_hugepages_counts():

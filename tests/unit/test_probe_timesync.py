@@ -129,19 +129,20 @@ def test_given_no_chrony_and_timedatectl_show_synced_when_checked_then_pass():
     assert f.tag is Tag.PASS and "NTPSynchronized=yes" in f.evidence
 
 
-def test_given_no_chrony_and_timedatectl_not_synced_when_checked_then_warn_p1():
+def test_given_no_chrony_and_timedatectl_not_synced_when_checked_then_fail_p1():
     # GIVEN no chrony item and `timedatectl show` NTP=no, NTPSynchronized=no
     (f,) = run(timedatectl=fx("rec-timedatectl-show-ntp-off-not-synced.txt"))
-    # WHEN judged  THEN WARN P1 § I.5, saying the NTP service is off
-    assert (f.tag, f.priority, f.section) == (Tag.WARN, Priority.P1, "I.5")
+    # WHEN judged  THEN FAIL P1 § I.5 (the kernel's unsynchronised state, as chrony's Leap status), saying
+    # the NTP service is off
+    assert (f.tag, f.priority, f.section) == (Tag.FAIL, Priority.P1, "I.5")
     assert "NTP service is off" in f.message
 
 
-def test_given_the_real_timedatectl_fragment_not_synced_when_checked_then_warn_p1():
+def test_given_the_real_timedatectl_fragment_not_synced_when_checked_then_fail_p1():
     # GIVEN the real left-aligned `timedatectl status` fragment (synchronized: no, NTP service active)
     (f,) = run(timedatectl=fx("timedatectl-fragment-ntp-active-not-synced.txt"))
-    # WHEN judged  THEN WARN P1: the service runs but has not synchronised
-    assert (f.tag, f.priority) == (Tag.WARN, Priority.P1)
+    # WHEN judged  THEN FAIL P1: the service runs but has not synchronised
+    assert (f.tag, f.priority) == (Tag.FAIL, Priority.P1)
     assert "on but has not synchronised" in f.message
     assert "System clock synchronized: no" in f.evidence
 
@@ -174,7 +175,7 @@ def test_given_wrong_chronyc_output_when_timedatectl_answers_then_timedatectl_is
         timedatectl=fx("timedatectl-fragment-ntp-active-not-synced.txt"),
     )
     # WHEN judged  THEN timedatectl decides
-    assert f.tag is Tag.WARN and "timedatectl" in f.message
+    assert f.tag is Tag.FAIL and "timedatectl" in f.message
 
 
 # --------------------------------------------------------------------------- nothing to judge

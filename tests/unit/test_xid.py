@@ -96,10 +96,18 @@ def test_given_a_fault_a_reset_does_not_repair_when_classified_then_the_action_i
     assert lookup(code).is_hardware
 
 
-@pytest.mark.parametrize("code", [48, 62, 71, 74, 94, 95, 119, 120, 136, 140, 143, 149, 150])
+@pytest.mark.parametrize("code", [48, 62, 71, 74, 95, 119, 120, 136, 140, 143, 149, 150])
 def test_given_a_fault_cleared_by_a_gpu_reset_when_classified_then_the_action_is_reboot(code: int) -> None:
     assert lookup(code).action == "reboot"
     assert lookup(code).is_hardware
+
+
+@pytest.mark.parametrize("code", [94, 163])
+def test_given_a_contained_error_or_a_thermal_event_then_no_node_action(code: int) -> None:
+    # NVIDIA's catalogue: 94 is contained (restart the application; the remap waits for the next reset);
+    # 163 is listed without an immediate action
+    assert lookup(code).action == "warn"
+    assert not lookup(code).is_hardware and not lookup(code).is_application
 
 
 @pytest.mark.parametrize("code", [32, 61, 68, 92, 109, 144, 145, 146, 147, 148, 154])

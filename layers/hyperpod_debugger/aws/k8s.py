@@ -371,6 +371,7 @@ def parse_node(obj: dict[str, Any]) -> K8sNode:
         conditions=_dicts(status.get("conditions")),
         provider_id=provider if isinstance(provider, str) else None,
         unschedulable=spec.get("unschedulable") is True,
+        allocatable=_str_dict(status.get("allocatable")) if isinstance(status.get("allocatable"), dict) else None,
     )
 
 

@@ -30,12 +30,14 @@ from hyperpod_debugger.domain.orchestrators import (
     K8sPod,
     KubernetesObservation,
 )
+from hyperpod_debugger.probe.catalog import spec_for
 from hyperpod_debugger.remediation.suggest import mutating, read_only
 
 CHECK_NODE_HEALTH = "k8s.node_health"
 CHECK_DEEP_HEALTH = "k8s.deep_health"
 CHECK_CNI = "k8s.cni"
 CHECK_SYSTEM_PODS = "k8s.system_pods"
+CHECK_EFA_PLUGIN = "k8s.efa_device_plugin"
 CHECK_NAMESPACE = "k8s.hyperpod_namespace"
 
 LABEL_INSTANCE_GROUP = "sagemaker.amazonaws.com/instance-group-name"
@@ -725,10 +727,107 @@ def check_hyperpod_namespace(obs: ClusterObservation, ctx: CheckContext) -> list
     ]
 
 
+# --------------------------------------------------------------------------- k8s.efa_device_plugin
+
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+
+
+def check_efa_device_plugin(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
+    """EFA-capable HyperPod nodes must advertise ``vpc.amazonaws.com/efa``: the EFA device plugin does it.
+    Without it no pod can request EFA and NCCL quietly falls back to TCP sockets (§ A)."""
+    k8s = _require_eks(obs)
+    nodes, _ = _hyperpod_nodes(k8s.nodes.get(), ctx)
+    capable = []
+    for node in nodes:
+        spec = spec_for(node.instance_type or "")
+        if spec is not None and spec.efa:
+            capable.append((node, spec.efa))
+    if not capable:
+        raise NotApplicable("no HyperPod node of an EFA-capable instance type")
+    judged = [(n, want) for n, want in capable if n.allocatable is not None]
+    if not judged:
+        raise NotApplicable("the nodes' status.allocatable was not returned")
+    missing = [(n, want) for n, want in judged if _quantity(n.allocatable or {}, EFA_RESOURCE) in (None, 0)]
+    plugins = [d for d in (k8s.daemonsets.value or ()) if "efa" in d.name.lower()] if k8s.daemonsets.available else []
+    evidence = [
+        f"node {n.name} ({n.instance_type}): {EFA_RESOURCE}={(n.allocatable or {}).get(EFA_RESOURCE, 'absent')}"
+        f", {want} EFA interface(s) on this type"
+        for n, want in missing[:10]
+    ]
+    evidence += [f"daemonset {d.namespace}/{d.name}: desired={d.desired} ready={d.ready}" for d in plugins]
+    if not k8s.daemonsets.available:
+        evidence.append("kube-system DaemonSets could not be listed")
+    if not missing:
+        return [
+            finding(
+                obs,
+                CHECK_EFA_PLUGIN,
+                Tag.PASS,
+                f"Every EFA-capable HyperPod node ({len(judged)}) advertises {EFA_RESOURCE}",
+                section="A",
+                evidence=evidence,
+            )
+        ]
+    if plugins and all(d.desired == 0 for d in plugins):
+        why = (
+            "the EFA device plugin DaemonSet schedules no pod (DESIRED 0): its node selector or tolerations "
+            "miss these nodes"
+        )
+    elif k8s.daemonsets.available and not plugins:
+        why = "no EFA device plugin DaemonSet in kube-system"
+    else:
+        why = "the EFA device plugin does not advertise the interfaces on them"
+    return [
+        finding(
+            obs,
+            CHECK_EFA_PLUGIN,
+            Tag.FAIL,
+            f"{len(missing)} of {len(judged)} EFA-capable HyperPod node(s) advertise no {EFA_RESOURCE}: {why}; "
+            "pods cannot request EFA and NCCL falls back to TCP sockets (slow, and no error says so)",
+            priority=Priority.P1,
+            section="A",
+            evidence=trim_evidence(evidence, 12),
+            root_cause=(
+                "On EKS, EFA reaches pods only as the extended resource vpc.amazonaws.com/efa, which the EFA "
+                "Kubernetes device plugin advertises per node. A missing plugin, or one whose DaemonSet does not "
+                "select these nodes (labels, taints), leaves training on TCP."
+            ),
+            suggested_commands=[
+                read_only(
+                    [
+                        "kubectl",
+                        "get",
+                        "nodes",
+                        "-o",
+                        r"custom-columns=NAME:.metadata.name,EFA:.status.allocatable.vpc\.amazonaws\.com/efa",
+                    ],
+                    "List what each node advertises for EFA",
+                ),
+                read_only(
+                    ["kubectl", "-n", "kube-system", "get", "daemonset", "-o", "wide"],
+                    "Find the EFA device plugin DaemonSet and its selector",
+                ),
+            ],
+            node_action="investigate",
+        )
+    ]
+
+
+def _quantity(allocatable: dict[str, str], resource: str) -> int | None:
+    raw = allocatable.get(resource)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
 CHECKS: tuple[Check, ...] = (
     Check(CHECK_NODE_HEALTH, "F", "HyperPod node health labels", check_node_health),
     Check(CHECK_DEEP_HEALTH, "G", "Deep health checks", check_deep_health),
     Check(CHECK_CNI, "O", "VPC CNI (aws-node)", check_cni),
     Check(CHECK_SYSTEM_PODS, "O", "kube-proxy and CoreDNS", check_system_pods),
     Check(CHECK_NAMESPACE, "B.1", "aws-hyperpod namespace", check_hyperpod_namespace),
+    Check(CHECK_EFA_PLUGIN, "A", "EFA device plugin coverage", check_efa_device_plugin),
 )

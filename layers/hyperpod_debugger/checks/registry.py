@@ -121,6 +121,14 @@ def execute(
         if scope_node:
             # --node focuses the run: findings about other nodes are left out; cluster-wide ones stay.
             produced = [f for f in produced if f.instance_id in (None, scope_node)]
+        if check.section:
+            # a PASS points at the runbook section of what it verified (problems carry their own already)
+            produced = [
+                f.model_copy(update={"section": check.section})
+                if f.tag is Tag.PASS and f.section is None and f.check == check.id
+                else f
+                for f in produced
+            ]
         findings.extend(produced)
         partial = any(f.tag is Tag.UNKNOWN for f in produced)
         coverage.append(

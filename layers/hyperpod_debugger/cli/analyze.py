@@ -5,9 +5,19 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from hyperpod_debugger.domain.model import ClusterRef, Coverage, Finding, Tag, TriageReport
+from hyperpod_debugger.domain.model import (
+    CheckCoverage,
+    CheckStatus,
+    ClusterRef,
+    Coverage,
+    Finding,
+    Priority,
+    Tag,
+    TriageReport,
+)
 from hyperpod_debugger.domain.observations import ClusterNode
 from hyperpod_debugger.probe.base import Orchestrator, ProbeContext, Role
+from hyperpod_debugger.probe.delivery import item_ids
 from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.registry import evaluate
 from hyperpod_debugger.remediation import ladder
@@ -26,6 +36,7 @@ def analyze(
     instance_group: str | None = None,
     cluster_name: str | None = None,
     region: str | None = None,
+    notes: tuple[str, ...] = (),
 ) -> TriageReport:
     ctx = ProbeContext(
         instance_type=instance_type,
@@ -38,6 +49,7 @@ def analyze(
         cluster_name=cluster_name,
     )
     findings, coverage = evaluate(doc, ctx)
+    findings.extend(_what_was_read(doc, coverage, notes))
     target = ladder.Target(None, cluster_name, region, orchestrator, None)
     nodes = {}
     if instance_id:
@@ -61,3 +73,35 @@ def analyze(
         node_count=1,
     )
     return build_report(instance_id, now, ref, findings, Coverage(checks=coverage))
+
+
+def _what_was_read(doc: ProbeDocument, coverage: list[CheckCoverage], notes: tuple[str, ...]) -> list[Finding]:
+    """No PASS without having read: say when nothing could be judged, which files were not probe items,
+    and what the evaluation time was taken from."""
+    out = [Finding(tag=Tag.INFO, check="probe.analysis", message=note) for note in notes]
+    if doc.ignored:
+        shown = ", ".join(doc.ignored[:10]) + (f" and {len(doc.ignored) - 10} more" if len(doc.ignored) > 10 else "")
+        out.append(
+            Finding(
+                tag=Tag.INFO,
+                check="probe.analysis",
+                message=f"Not read: {shown} (not named <item_id>.txt for a probe item)",
+            )
+        )
+    if not any(c.status is CheckStatus.RAN for c in coverage):
+        found = ", ".join(doc.ignored[:10]) or "no files"
+        out.append(
+            Finding(
+                tag=Tag.UNKNOWN,
+                priority=Priority.P1,
+                check="probe.analysis",
+                section="L",
+                message=f"Nothing could be judged: no check had an output it could read (found: {found})",
+                evidence=[
+                    "each file must be named for the probe item whose output it holds, e.g. kernel_log.txt for "
+                    "`journalctl -k` or dmesg text, nvidia_smi_q.txt for `nvidia-smi -q`",
+                    f"item ids: {', '.join(item_ids())}",
+                ],
+            )
+        )
+    return out

@@ -222,7 +222,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from hyperpod_debugger.cli.analyze import analyze
-    from hyperpod_debugger.probe import document
+    from hyperpod_debugger.probe import catalog, document
+    from hyperpod_debugger.probe.parse import klog
     from hyperpod_debugger.report.text import render_json, render_text
 
     try:
@@ -236,10 +237,31 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     except (validate.InvalidArgument, document.ProbeDocumentError, OSError) as exc:
         print(f"hyperpod-debugger analyze: error: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    if catalog.spec_for(args.instance_type) is None:
+        print(
+            f"hyperpod-debugger analyze: error: unknown instance type {args.instance_type!r}: the checks would "
+            f"judge counts against nothing. Known: {', '.join(catalog.known_types())}; and the CPU-only "
+            f"families {catalog.cpu_families()} (e.g. ml.m5.xlarge)",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    now = args.now or doc.collected_at
+    notes: tuple[str, ...] = ()
+    if now is None:
+        newest = klog.newest_time(doc, datetime.now(UTC))
+        if newest is not None:
+            now = newest
+            notes = (
+                f"Judged as of {klog.stamp(newest)}, the newest time in the kernel log (no --now, and the files "
+                "carry no collection time): the window ends there",
+            )
+        else:
+            now = datetime.now(UTC)
     report = analyze(
         doc,
         instance_type=args.instance_type,
-        now=args.now or doc.collected_at or datetime.now(UTC),
+        now=now,
+        notes=notes,
         orchestrator=_ORCHESTRATORS.get(args.orchestrator or ""),
         role=args.role,
         window=args.window,

@@ -30,6 +30,14 @@ class K8sNode:
     conditions: tuple[dict[str, Any], ...]
     provider_id: str | None = None
     unschedulable: bool = False
+    #: status.allocatable (resource name → quantity as the API prints it); None when the object has none
+    allocatable: dict[str, str] | None = None
+
+    @property
+    def instance_type(self) -> str | None:
+        return self.labels.get("node.kubernetes.io/instance-type") or self.labels.get(
+            "beta.kubernetes.io/instance-type"
+        )
 
     @property
     def instance_id(self) -> str | None:

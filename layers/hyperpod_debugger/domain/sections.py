@@ -28,6 +28,7 @@ SECTIONS: dict[str, str] = {
     "G.1": "NVIDIA GPUs",
     "G.1.a": "GPU memory row remapping",
     "G.1.b": "DCGM health",
+    "G.1.c": "Fabric Manager on NVSwitch instances",
     "G.2": "Trainium and Inferentia",
     "H": "Slurm node management",
     "I": "Resource exhaustion",

@@ -14,6 +14,10 @@ buckets), mapped onto what a HyperPod operator can actually do with a node:
 ``replace``
     The code points at hardware that a reset does not repair (GPU off the bus, NVLink
     fault, row-remap failure): the node should be replaced.
+``warn``
+    Worth knowing, no node action: a contained error the driver already dealt with (Xid 94: the
+    process that touched the bad memory was stopped, the GPU keeps running, the row is remapped at
+    the next reset) or an event NVIDIA lists without an immediate action (Xid 163, thermal).
 ``investigate``
     The catalogue does not settle it (the cause may be workload, driver or hardware, or the
     action depends on sub-codes we do not decode). Look at the full message and its
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 XidClass = Literal["application", "driver", "memory", "nvlink", "bus", "hardware", "informational", "unknown"]
-XidAction = Literal["none-workload", "reboot", "replace", "investigate"]
+XidAction = Literal["none-workload", "reboot", "replace", "investigate", "warn"]
 
 #: Actions that put the node itself in question (HyperPod reboots or replaces it).
 HARDWARE_ACTIONS: frozenset[str] = frozenset({"reboot", "replace"})
@@ -79,7 +83,7 @@ XID_TABLE: dict[int, XidInfo] = _entries(
     (63, "memory row remapping / page retirement event", "memory", "reboot"),
     (64, "memory row remapping / page retirement failure", "memory", "replace"),
     (92, "excessive single-bit ECC error rate", "memory", "investigate"),
-    (94, "contained uncorrectable ECC error", "memory", "reboot"),
+    (94, "contained uncorrectable ECC error", "memory", "warn"),
     (95, "uncontained uncorrectable ECC error", "memory", "reboot"),
     (140, "unrecovered ECC error", "memory", "reboot"),
     # --- GPU internals, firmware and driver -----------------------------------------------
@@ -101,7 +105,14 @@ XID_TABLE: dict[int, XidInfo] = _entries(
     (150, "NVLink MSE error", "nvlink", "reboot"),
     # --- informational ----------------------------------------------------------------------
     (154, "GPU recovery action changed", "informational", "investigate"),
+    (163, "GPU thermal event", "informational", "warn"),
 )
+
+#: Codes that follow from an earlier fault on the same GPU (the channel torn down, the work it ran
+#: faulting): reported under the fault that caused them, not as a workload error of their own.
+SECONDARY_CODES: frozenset[int] = frozenset({13, 31, 43, 45})
+#: "... caused by previous Xid 149" and similar wording naming the root code in a secondary's line
+PREVIOUS_XID = re.compile(r"previous Xid\s*[:#]?\s*(\d{1,4})", re.IGNORECASE)
 
 
 def lookup(code: int) -> XidInfo:

@@ -21,6 +21,9 @@ class InstanceSpec:
     neuron_devices: int | None = None
     neuron_cores: int | None = None
     nvme: bool | None = None
+    #: how the GPUs meet: "hgx" (NVSwitches on the board, configured by the node's NVIDIA Fabric Manager)
+    #: or "nvl" (an NVLink domain across trays, e.g. GB200 NVL72: the switches are managed off the node)
+    nvswitch: str | None = None
 
     @property
     def accelerated(self) -> bool:
@@ -46,13 +49,13 @@ def _g_family(model: str, efa_48: int | None) -> dict[str, InstanceSpec]:
 
 
 _TABLE: dict[str, InstanceSpec] = {
-    "p4d.24xlarge": InstanceSpec(gpus=8, gpu_model="A100", efa=4, nvme=True),
-    "p4de.24xlarge": InstanceSpec(gpus=8, gpu_model="A100", efa=4, nvme=True),
-    "p5.48xlarge": InstanceSpec(gpus=8, gpu_model="H100", efa=32, nvme=True),
-    "p5e.48xlarge": InstanceSpec(gpus=8, gpu_model="H200", efa=32, nvme=True),
-    "p5en.48xlarge": InstanceSpec(gpus=8, gpu_model="H200", efa=16, nvme=True),
-    "p6-b200.48xlarge": InstanceSpec(gpus=8, gpu_model="B200", nvme=True),
-    "p6e-gb200.36xlarge": InstanceSpec(gpus=4, gpu_model="B200", nvme=True),
+    "p4d.24xlarge": InstanceSpec(gpus=8, gpu_model="A100", efa=4, nvme=True, nvswitch="hgx"),
+    "p4de.24xlarge": InstanceSpec(gpus=8, gpu_model="A100", efa=4, nvme=True, nvswitch="hgx"),
+    "p5.48xlarge": InstanceSpec(gpus=8, gpu_model="H100", efa=32, nvme=True, nvswitch="hgx"),
+    "p5e.48xlarge": InstanceSpec(gpus=8, gpu_model="H200", efa=32, nvme=True, nvswitch="hgx"),
+    "p5en.48xlarge": InstanceSpec(gpus=8, gpu_model="H200", efa=16, nvme=True, nvswitch="hgx"),
+    "p6-b200.48xlarge": InstanceSpec(gpus=8, gpu_model="B200", nvme=True, nvswitch="hgx"),
+    "p6e-gb200.36xlarge": InstanceSpec(gpus=4, gpu_model="B200", nvme=True, nvswitch="nvl"),
     "trn1.2xlarge": InstanceSpec(gpus=0, neuron_devices=1, neuron_cores=2, nvme=True),
     "trn1.32xlarge": InstanceSpec(gpus=0, neuron_devices=16, neuron_cores=32, efa=8, nvme=True),
     "trn1n.32xlarge": InstanceSpec(gpus=0, neuron_devices=16, neuron_cores=32, efa=16, nvme=True),
@@ -62,6 +65,17 @@ _TABLE: dict[str, InstanceSpec] = {
     "inf2.24xlarge": InstanceSpec(gpus=0, neuron_devices=6, neuron_cores=12),
     "inf2.48xlarge": InstanceSpec(gpus=0, neuron_devices=12, neuron_cores=24),
 }
+# g4dn: one T4 up to 16xlarge, four on 12xlarge, eight on metal (the one size listed with an EFA here)
+_TABLE.update(
+    {
+        **{
+            f"g4dn.{size}": InstanceSpec(gpus=1, gpu_model="T4", nvme=True)
+            for size in ("xlarge", "2xlarge", "4xlarge", "8xlarge", "16xlarge")
+        },
+        "g4dn.12xlarge": InstanceSpec(gpus=4, gpu_model="T4", nvme=True),
+        "g4dn.metal": InstanceSpec(gpus=8, gpu_model="T4", efa=1, nvme=True),
+    }
+)
 for _family, _model, _efa in (("g5", "A10G", 1), ("g6", "L4", None), ("g6e", "L40S", None)):
     _TABLE.update({f"{_family}.{size}": spec for size, spec in _g_family(_model, _efa).items()})
 
@@ -76,3 +90,13 @@ def spec_for(instance_type: str) -> InstanceSpec | None:
     if _CPU_FAMILIES.match(name):
         return InstanceSpec(gpus=0, neuron_devices=0)
     return None
+
+
+def known_types() -> tuple[str, ...]:
+    """The accelerated instance types with an expectation here, as HyperPod names them (``ml.`` prefix)."""
+    return tuple(f"ml.{name}" for name in sorted(_TABLE))
+
+
+def cpu_families() -> str:
+    """The CPU-only families accepted (controllers, login and system groups), as one pattern for messages."""
+    return _CPU_FAMILIES.pattern.removeprefix("^(").removesuffix(")\\.").replace("|", ", ")

@@ -21,6 +21,14 @@ def probe_script() -> str:
     return resources.files("hyperpod_debugger.probe").joinpath("probe.sh").read_text()
 
 
+@lru_cache(maxsize=1)
+def item_ids() -> tuple[str, ...]:
+    """Every item id probe.sh collects, in its order (its own ``ITEM_IDS`` list)."""
+    script = probe_script()
+    start = script.index("ITEM_IDS='") + len("ITEM_IDS='")
+    return tuple(script[start : script.index("'", start)].split())
+
+
 def strip_comments(script: str) -> str:
     """Drop whole-line comments and blank lines (the shebang stays). probe.sh keeps no comment
     inside a multi-line string, so this never changes what bash runs."""

@@ -59,6 +59,8 @@ class ProbeDocument:
     uptime_s: float | None
     items: dict[str, ProbeItem] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    #: files of a raw folder that are not probe items (``analyze --raw-dir`` names them)
+    ignored: tuple[str, ...] = ()
     #: parse results shared by the evaluators of one document (each item is parsed once)
     _parsed: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -128,17 +130,27 @@ def loads(text: str) -> ProbeDocument:
 
 
 def from_raw_dir(path: pathlib.Path, collected_at: datetime | None = None) -> ProbeDocument:
-    """A folder of raw outputs named ``<item_id>.txt`` (stdout only; absent items are skipped)."""
+    """A folder of raw outputs named ``<item_id>.txt`` (stdout only). Files that are not named for a
+    probe item are kept aside by name (``ignored``), never guessed at; a folder with none of them gives
+    a document without items, which the evaluators report as not judged."""
+    from hyperpod_debugger.probe.delivery import item_ids
+
     if not path.is_dir():
         raise ProbeDocumentError(f"{path} is not a folder")
-    items = {
-        p.stem: ProbeItem(command="(raw file)", exit_code=0, stdout=p.read_text(errors="replace"))
-        for p in sorted(path.glob("*.txt"))
-    }
-    if not items:
-        raise ProbeDocumentError(f"{path} holds no <item_id>.txt files")
+    known = set(item_ids())
+    items: dict[str, ProbeItem] = {}
+    ignored: list[str] = []
+    for p in sorted(path.iterdir()):
+        if not p.is_file():
+            continue
+        if p.suffix == ".txt" and p.stem in known:
+            items[p.stem] = ProbeItem(command="(raw file)", exit_code=0, stdout=p.read_text(errors="replace"))
+        else:
+            ignored.append(p.name)
     uptime = None
     if "uptime" in items:
         first = items["uptime"].stdout.split()
         uptime = float(first[0]) if first and first[0].replace(".", "", 1).isdigit() else None
-    return ProbeDocument(hostname=path.name, collected_at=collected_at, uptime_s=uptime, items=items)
+    return ProbeDocument(
+        hostname=path.name, collected_at=collected_at, uptime_s=uptime, items=items, ignored=tuple(ignored)
+    )

@@ -32,7 +32,12 @@ ON_NODE = "on the node (SSM session, § K)"
 
 _EFA_DEVICE = re.compile(r"^(?:rdmap\w+|efa_\d+)$")
 _RDMA_DEVICE = re.compile(r"^[A-Za-z][\w.-]{0,63}$")
-_FI_FIELD = re.compile(r"^[ \t]*(provider|domain):[ \t]*(\S+)", re.MULTILINE)
+# A line may carry a launcher's prefix when fi_info ran under one: Open MPI's --tag-output
+# ("[1,0]<stdout>:"), Intel MPI's -prepend-rank ("[0] "), srun -l ("0: "), pdsh ("host: ").
+_FI_FIELD = re.compile(
+    r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\[\d+\]\s|\d+:\s|[A-Za-z0-9][\w.-]*:\s)?[ \t]*(provider|domain):[ \t]*(\S+)",
+    re.MULTILINE,
+)
 _DOMAIN_SUFFIX = re.compile(r"-(?:rdm|dgrm)$")
 _VERSION = re.compile(r"^\s*(\d+(?:\.\d+)+\w*)\s*$")
 
@@ -107,7 +112,9 @@ def check_efa(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     expected = spec.efa if spec is not None else None
     devices_item = _usable(doc, "efa_devices")
     devices = doc.parsed("efa:devices", lambda: parse_devices(devices_item.stdout)) if devices_item else None
-    if not expected and not (devices and devices.efa):
+    fi_seen = _usable(doc, "fi_info_efa")
+    fi_efa = fi_seen is not None and "efa" in doc.parsed("efa:fi_info", lambda: parse_fi_info(fi_seen.stdout)).providers
+    if not expected and not (devices and devices.efa) and not fi_efa:
         what = "no EFA expected" if spec is not None else f"no expectation for {ctx.instance_type}"
         raise NotApplicable(f"{what} on {ctx.instance_type} and no EFA device seen on the node")
 
@@ -210,7 +217,8 @@ def check_efa(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     else:
         info = doc.parsed("efa:fi_info", lambda: parse_fi_info(fi.stdout))
         if "efa" in info.providers:
-            facts.append(f"libfabric efa provider present ({len(info.nics)} NIC(s))")
+            cut = ", fi_info output truncated" if fi.truncated or TRUNCATION_MARKER in fi.stdout else ""
+            facts.append(f"libfabric efa provider present ({len(info.nics)} NIC(s){cut})")
         elif not driver_missing:
             problems.append(
                 finding(

@@ -1060,6 +1060,9 @@ def _nvlink_commands() -> list[SuggestedCommand]:
     ]
 
 
+_NVLINK_MIG = re.compile(r"Nvlink queries are not supported for Devices in MIG mode|not supported[^\n]*MIG mode", re.I)
+
+
 def check_gpu_nvlink(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     check = "probe.gpu_nvlink"
     spec = spec_for(ctx.instance_type)
@@ -1071,6 +1074,23 @@ def check_gpu_nvlink(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     report = doc.parsed("nvsmi.nvlink", lambda: nvsmi.parse_nvlink(found.stdout))
     cut = ["(nvidia_smi_nvlink_status: output truncated)"] if found.truncated or report.truncated else []
     with_links = [g for g in report.gpus if g.links or g.all_inactive_line]
+    if not with_links and (mig := _NVLINK_MIG.search(found.stdout)):
+        # the driver does not report links for GPUs in MIG mode: nothing was read, so nothing is judged
+        return [
+            _problem(
+                ctx,
+                check,
+                Tag.UNKNOWN,
+                Priority.P2,
+                "G.1",
+                "NVLink state not readable: nvidia-smi does not report NVLink for GPUs in MIG mode",
+                [mig.group(0), *cut],
+                "investigate",
+                "With MIG enabled the driver answers NVLink queries with 'not supported'; read the links with "
+                "MIG disabled, or from DCGM.",
+                _nvlink_commands(),
+            )
+        ]
     if not with_links:
         all_down = report.all_inactive_line
         if expected and all_down:

@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from hyperpod_debugger.checks.base import Check
 from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag, trim_evidence
-from hyperpod_debugger.domain.xid import XidInfo, lookup, parse_xid_codes
+from hyperpod_debugger.domain.xid import PREVIOUS_XID, SECONDARY_CODES, XidInfo, lookup, parse_xid_codes
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
 from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.parse.klog import (
@@ -29,6 +29,7 @@ from hyperpod_debugger.probe.parse.klog import (
     KernelLine,
     Recent,
     boot_time,
+    not_a_kernel_log,
     recent,
     stamp,
     window_label,
@@ -70,32 +71,69 @@ def _notes(doc: ProbeDocument, ctx: ProbeContext, logs: Iterable[Recent], lines:
     undated = sum(1 for line in lines if line.time is None)
     if undated:
         boot = boot_time(doc, ctx.now)
-        notes.append(
-            f"(time unknown for {undated} line(s): counted because this boot began at {stamp(boot)}, inside "
-            f"the {window_label(ctx.window)} window; the previous boot ended then)"
-        )
+        if boot is None:
+            notes.append(
+                f"(time unknown for {undated} line(s): the log gives no wall-clock time and the boot time is "
+                "unknown, so they are read as this boot's, at an unknown time; give the node's uptime (the "
+                "`uptime` item) or a dated log to place them in the window)"
+            )
+        elif boot >= ctx.now - ctx.window:
+            notes.append(
+                f"(time unknown for {undated} line(s): counted because this boot began at {stamp(boot)}, inside "
+                f"the {window_label(ctx.window)} window; the previous boot ended then)"
+            )
+        else:
+            notes.append(
+                f"(time unknown for {undated} line(s): they carry no time of their own, so they are read as this "
+                f"boot's (since {stamp(boot)}), possibly older than the {window_label(ctx.window)} window)"
+            )
     return notes
+
+
+def _within(lines: list[KernelLine], window: timedelta) -> str:
+    """Where in time the lines sit: "in the last 24 h" when any is dated, else "this boot" (time unknown)."""
+    if any(line.time is not None for line in lines):
+        return f"in the last {window_label(window)}"
+    return "this boot, time unknown"
 
 
 def _span(lines: list[KernelLine]) -> str:
     times = [line.time for line in lines if line.time is not None]
     if not times:
         return "time unknown"
-    first, last = min(times), max(times)
-    return stamp(first) if first == last else f"{stamp(first)} … {stamp(last)}"
+    first, last = stamp(min(times)), stamp(max(times))
+    return first if first == last else f"{first} … {last}"
 
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def unread(ctx: ProbeContext, check: str, section: str, what: str, *logs: Recent) -> Finding | None:
+    """UNKNOWN when this boot's log is not a kernel log at all (a wrong file): a clean result over it
+    would be a PASS from input never read."""
+    for log in logs:
+        if log.log is None or log.previous_boot:
+            continue
+        reason = not_a_kernel_log(log.log)
+        if reason is not None:
+            return finding(
+                ctx,
+                check,
+                Tag.UNKNOWN,
+                f"{what} not judged: the {log.item_id} output is not a kernel log: {reason}",
+                priority=Priority.P2,
+                section=section,
+                evidence=list(trim_evidence(list(log.log.raws), 3)),
+            )
+    return None
+
+
 def _ignored_note(*logs: Recent) -> list[str]:
     ignored = sum(log.undated_ignored for log in logs)
     if not ignored:
         return []
-    return [
-        f"({ignored} kernel-log line(s) of unknown time not judged: their boot is older than the window or unknown)"
-    ]
+    return [f"({ignored} previous-boot line(s) of unknown time not judged: that boot ended before the window began)"]
 
 
 # --------------------------------------------------------------------------- probe.xid
@@ -112,6 +150,8 @@ class XidGroup:
     code: int
     lines: list[KernelLine] = field(default_factory=list)
     gpus: dict[str, None] = field(default_factory=dict)
+    #: the secondary code whose lines named this one as their cause (this code's own line is absent)
+    inferred_from: int | None = None
 
 
 def xid_groups(lines: Iterable[KernelLine]) -> dict[int, XidGroup]:
@@ -132,6 +172,61 @@ def xid_groups(lines: Iterable[KernelLine]) -> dict[int, XidGroup]:
             if gpu:
                 group.gpus[gpu.group(1).lower()] = None
     return groups
+
+
+def attribute_secondaries(groups: dict[int, XidGroup]) -> tuple[dict[int, XidGroup], dict[int, list[XidGroup]]]:
+    """Fold the Xids that follow from an earlier fault into that fault: a secondary code (45, 43, 31,
+    13) whose line names its cause ("caused by previous Xid 149"), or whose every GPU also logged a
+    non-workload code, is reported under that root. Returns the groups left and, per root code, the
+    secondaries folded into it. A root named only by a secondary gets a group of its own (the
+    secondary's lines are its evidence)."""
+    kept = dict(groups)
+    folded: dict[int, list[XidGroup]] = {}
+    # roots by GPU: hardware faults and contained memory errors; an ambiguous code (109, 32, ...) can as
+    # well be the workload's own doing, so an app Xid beside it stays the workload's
+    roots = {
+        c: g
+        for c, g in groups.items()
+        if c not in SECONDARY_CODES and (lookup(c).is_hardware or lookup(c).xid_class in ("memory", "nvlink", "bus"))
+    }
+    for code in sorted(groups):
+        if code not in SECONDARY_CODES:
+            continue
+        group = groups[code]
+        # lines naming their cause go to that cause, each on its own (one code may name several roots)
+        by_root: dict[int, XidGroup] = {}
+        rest: list[KernelLine] = []
+        for line in group.lines:
+            m = PREVIOUS_XID.search(line.text)
+            named = int(m.group(1)) if m else None
+            if named is None or named in SECONDARY_CODES:
+                rest.append(line)
+                continue
+            part = by_root.setdefault(named, XidGroup(code))
+            part.lines.append(line)
+            if gpu := _XID_GPU.search(line.text):
+                part.gpus[gpu.group(1).lower()] = None
+        for root, part in by_root.items():
+            if root not in kept:
+                kept[root] = XidGroup(root, list(part.lines), dict(part.gpus), inferred_from=code)
+            elif kept[root].inferred_from is not None:
+                kept[root].lines.extend(part.lines)
+                kept[root].gpus.update(part.gpus)
+            if kept[root].inferred_from is None:
+                folded.setdefault(root, []).append(part)
+        remaining = XidGroup(code, rest, {g: None for g in group.gpus} if not by_root else {})
+        for line in rest:
+            if gpu := _XID_GPU.search(line.text):
+                remaining.gpus[gpu.group(1).lower()] = None
+        kept.pop(code, None)
+        if not rest:
+            continue
+        owners = [c for c, g in roots.items() if remaining.gpus and set(remaining.gpus) <= set(g.gpus)]
+        if owners:
+            folded.setdefault(min(owners, key=lambda c: (not lookup(c).is_hardware, c)), []).append(remaining)
+        else:
+            kept[code] = remaining
+    return kept, folded
 
 
 def _xid_lines(
@@ -195,20 +290,38 @@ def _xid_finding(
     group: XidGroup,
     before_reboot: XidGroup | None,
     logs: tuple[Recent, ...],
+    consequences: list[XidGroup] | None = None,
+    same_event: list[list[KernelLine]] | None = None,
 ) -> Finding:
+    consequences = consequences or []
     info = lookup(group.code)
     lines = group.lines
     gpus = ", ".join(group.gpus) or "unknown GPU"
-    head = (
-        f"{info.label()} on {gpus}: {_count(len(lines), 'line')} in the last {window_label(ctx.window)} "
-        f"({_span(lines)})"
-    )
+    when = f" ({_span(lines)})" if any(line.time for line in lines) else ""
+    head = f"{info.label()} on {gpus}: {_count(len(lines), 'line')} {_within(lines, ctx.window)}{when}"
+    if group.inferred_from is not None:
+        named_by = _count(len(lines), f"Xid {group.inferred_from} line")
+        head = (
+            f"{info.label()} on {gpus}, named as the cause by {named_by} {_within(lines, ctx.window)}{when} "
+            f"(the Xid {group.code} line itself is not in this log)"
+        )
     evidence = trim_evidence([line.raw for line in lines], EVIDENCE_LIMIT)
     tag, priority, action = Tag.WARN, Priority.P1, "investigate"
     if info.is_application:
         tag, priority, action = Tag.WARN, Priority.P2, "fix-workload"
         tail = "raised by the workload (a fault in the job's GPU code or a killed process), not the node: fix the job"
         cause = "Application-class Xid: the running job faulted; the GPU and the node are not implicated."
+    elif info.action == "warn":
+        tag, priority, action = Tag.WARN, Priority.P2, "investigate"
+        if info.xid_class == "memory":
+            tail = (
+                "contained: the driver stopped only the process that touched the failed memory; the GPU keeps "
+                "running, the row is remapped at the next GPU reset, and no node action is needed"
+            )
+            cause = f"{info.label()}: an uncorrectable memory error was contained to one process."
+        else:
+            tail = "NVIDIA lists no immediate action for it: watch for it repeating and for throttling"
+            cause = f"{info.label()}: reported by the driver; not a fault that needs the node to be reset."
     elif info.action == "investigate":
         tail = "the code alone does not settle whether the job, the driver or the hardware is at fault"
         cause = "Ambiguous Xid: read the full driver messages (and neighbouring Xids) before acting on the node."
@@ -224,8 +337,12 @@ def _xid_finding(
         )
         cause = f"{info.label()} recurred after a reboot on this node."
         evidence = [*evidence, "(before the last reboot:)", *trim_evidence([x.raw for x in before_reboot.lines], 3)]
+    elif info.action == "replace" and info.xid_class != "bus":
+        tag, priority, action = Tag.FAIL, Priority.P0, "replace"
+        tail = "the GPU's spare capacity for this fault is used up (NVIDIA: an RMA condition): replace the node"
+        cause = f"{info.label()}: {info.xid_class} fault that a reset does not repair."
     elif info.xid_class == "driver":
-        action = "reboot"
+        tag, action = Tag.FAIL, "reboot"
         tail = "GPU firmware/driver fault: a GPU reset (node reboot) clears it; replace the node if it returns"
         cause = f"{info.label()}: the GPU's firmware or driver stopped responding."
     else:
@@ -233,6 +350,15 @@ def _xid_finding(
         priority = Priority.P0 if info.xid_class == "bus" or info.action == "replace" else Priority.P1
         tail = "hardware fault: reboot the node (HyperPod's recovery does); replace it if the code returns after that"
         cause = f"{info.label()}: {info.xid_class} fault on the GPU."
+    for lines_of in same_event or []:
+        evidence.append(f"(the driver's own words for the same event, {_count(len(lines_of), 'line')}:)")
+        evidence.extend(trim_evidence([line.raw for line in lines_of], 2))
+    for secondary in consequences:
+        evidence.append(
+            f"(then {lookup(secondary.code).label()} on the same GPU, {_count(len(secondary.lines), 'line')}: "
+            f"a consequence of Xid {group.code}, not a fault of its own)"
+        )
+        evidence.extend(trim_evidence([line.raw for line in secondary.lines], 2))
     return finding(
         ctx,
         CHECK_XID,
@@ -254,20 +380,162 @@ def _recovery_asked(lines: list[KernelLine]) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class DriverSignal:
+    """A GPU fault the NVIDIA driver names in words, with or without an Xid line of its own."""
+
+    key: str
+    label: str
+    pattern: re.Pattern[str]
+    #: Xid codes that report the same event: when one of them is in the log, the signal is its evidence
+    same_as: frozenset[int]
+    priority: Priority
+    cause: str
+
+
+_DRIVER_SIGNALS: tuple[DriverSignal, ...] = (
+    DriverSignal(
+        "off_bus",
+        "GPU fell off the bus",
+        re.compile(r"fallen off the bus|NV_ERR_GPU_IS_LOST|GPU is lost\b|GPU lost from the bus", re.IGNORECASE),
+        frozenset({79}),
+        Priority.P0,
+        "The driver lost the GPU on the PCIe bus: every process on it is gone and it stays unusable until reset.",
+    ),
+    DriverSignal(
+        "gsp",
+        "GPU firmware (GSP) stopped answering",
+        re.compile(
+            r"_kgspIsHeartbeatTimedOut|GSP[^\n]{0,40}heartbeat|rpcSendMessage failed|RPC to GSP failed|"
+            r"Timeout waiting for RPC from GSP|GSP RPC timeout",
+            re.IGNORECASE,
+        ),
+        frozenset({119, 120}),
+        Priority.P1,
+        "The GPU System Processor (the GPU's own firmware) stopped answering the driver; a GPU reset (node "
+        "reboot) restarts it.",
+    ),
+    DriverSignal(
+        "reset",
+        "The driver says the GPU needs a reset",
+        re.compile(r"NV_ERR_RESET_REQUIRED|\bReset required\b", re.IGNORECASE),
+        frozenset({154}),
+        Priority.P1,
+        "The driver refused work on the GPU until it is reset (NV_ERR_RESET_REQUIRED).",
+    ),
+    DriverSignal(
+        "init",
+        "NVIDIA driver could not initialise a GPU",
+        re.compile(r"RmInitAdapter failed|rm_init_adapter failed|GPU \S+ failed to initialize", re.IGNORECASE),
+        frozenset({62, 143}),
+        Priority.P1,
+        "The driver failed to bring a GPU up (RmInitAdapter); the GPU is missing for jobs until it is reset.",
+    ),
+)
+_DRIVER_KEYWORDS = re.compile(
+    r"fallen off|GPU_IS_LOST|GPU is lost|GPU lost|GSP|gsp|rpcSendMessage|RmInitAdapter|RESET_REQUIRED|Reset required|"
+    r"rm_init_adapter|failed to initialize"
+)
+_DRIVER_WORDS = (
+    "RESET_REQUIRED",
+    "Reset required",
+    "fallen off",
+    "GPU_IS_LOST",
+    "GPU is lost",
+    "GPU lost",
+    "GSP",
+    "gsp",
+    "rpcSendMessage",
+    "nitAdapter",
+    "nit_adapter",
+    "failed to initialize",
+)
+
+
+def _driver_signals(
+    doc: ProbeDocument, ctx: ProbeContext, item_id: str = THIS_BOOT, window: timedelta | None = None
+) -> tuple[Recent, dict[str, list[KernelLine]]]:
+    span = window or ctx.window
+    key = f"kernel.nvrm:{item_id}:{ctx.now.isoformat()}:{span.total_seconds()}"
+
+    def scan() -> tuple[Recent, dict[str, list[KernelLine]]]:
+        log = recent(doc, item_id, ctx.now, span, _DRIVER_KEYWORDS, words=_DRIVER_WORDS)
+        found: dict[str, list[KernelLine]] = {}
+        for line in log.lines:
+            if parse_xid_codes(line.text):
+                continue  # an Xid line is probe.xid's own evidence already
+            for signal in _DRIVER_SIGNALS:
+                if signal.pattern.search(line.text):
+                    found.setdefault(signal.key, []).append(line)
+                    break
+        return log, found
+
+    return doc.parsed(key, scan)
+
+
+def _driver_finding(
+    doc: ProbeDocument,
+    ctx: ProbeContext,
+    signal: DriverSignal,
+    lines: list[KernelLine],
+    log: Recent,
+    before: list[KernelLine] | None,
+) -> Finding:
+    gpus = ", ".join(dict.fromkeys(m.group(1).lower() for line in lines if (m := _PCI.search(line.text))))
+    when = f" ({_span(lines)})" if any(line.time for line in lines) else ""
+    head = f"{signal.label} on {gpus or 'unknown GPU'}: {_count(len(lines), 'driver line')} "
+    head += f"{_within(lines, ctx.window)}{when}"
+    evidence = trim_evidence([line.raw for line in lines], EVIDENCE_LIMIT)
+    priority, action = signal.priority, "reboot"
+    if before:
+        priority, action = Priority.P0, "replace"
+        tail = (
+            f"it was logged before the last reboot too ({_span(before)}): the reboot did not cure it, replace the node"
+        )
+        evidence = [*evidence, "(before the last reboot:)", *trim_evidence([x.raw for x in before], 3)]
+    else:
+        tail = "with no Xid line for it; reboot the node (a GPU reset); replace it if it returns after that"
+    return finding(
+        ctx,
+        CHECK_XID,
+        Tag.FAIL,
+        f"{head}; {tail}",
+        priority=priority,
+        section="G.1",
+        evidence=[*evidence, *_notes(doc, ctx, (log,), lines)],
+        root_cause=signal.cause,
+        suggested_commands=_xid_commands(lookup(min(signal.same_as))),
+        node_action=action,
+    )
+
+
+_PCI = re.compile(r"(?:PCI:|GPU at PCI:|gpu[ :]*)?\b([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.\d)?\b")
+
+
 def check_xid(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     item(doc, THIS_BOOT, what="NVIDIA Xid errors in the kernel log")
     lookback = max(ctx.window, RECURRENCE_LOOKBACK)
-    this, now_groups = _xid_lines(doc, ctx, THIS_BOOT, ctx.window)
+    this, scanned = _xid_lines(doc, ctx, THIS_BOOT, ctx.window)
+    now_groups, folded = attribute_secondaries(scanned)
     before, before_groups = _xid_lines(doc, ctx, PREVIOUS_BOOT, lookback)
     logs = (this, before)
     findings: list[Finding] = []
+    driver_log, signals = _driver_signals(doc, ctx)
     for code in sorted(now_groups):
         info = lookup(code)
         recurring = before_groups.get(code) if info.is_hardware else None
-        findings.append(_xid_finding(doc, ctx, now_groups[code], recurring, logs))
+        same = [lines for sig in _DRIVER_SIGNALS if code in sig.same_as and (lines := signals.get(sig.key))]
+        findings.append(_xid_finding(doc, ctx, now_groups[code], recurring, logs, folded.get(code), same))
+    _, signals_before = _driver_signals(doc, ctx, PREVIOUS_BOOT, lookback)
+    for sig in _DRIVER_SIGNALS:
+        lines = signals.get(sig.key)
+        if lines and not (sig.same_as & set(now_groups)):
+            findings.append(_driver_finding(doc, ctx, sig, lines, driver_log, signals_before.get(sig.key)))
     findings.sort(key=lambda f: (f.priority or "P9", f.tag != Tag.FAIL))
     if findings:
         return findings
+    if (not_read := unread(ctx, CHECK_XID, "G.1", "NVIDIA Xid errors", this)) is not None:
+        return [not_read]
     label = window_label(ctx.window)
     out = [
         finding(
@@ -425,26 +693,33 @@ _KINDS: dict[str, FaultKind] = {
             (_JOURNAL_FAULTS,),
         ),
         FaultKind(
-            "gpu_off_bus",
-            "GPU fell off the PCIe bus (NVIDIA driver)",
-            Tag.FAIL,
-            Priority.P0,
-            "G.1",
-            "reboot",
-            True,
-            "The NVIDIA driver lost the GPU on the PCIe bus.",
-            (_NVIDIA,),
-        ),
-        FaultKind(
-            "gpu_init",
-            "NVIDIA driver could not initialise a GPU",
+            "storage_lost",
+            "A disk dropped off the node (NVMe controller reset failed, device removed)",
             Tag.FAIL,
             Priority.P1,
-            "G.1",
+            "N",
             "reboot",
             True,
-            "The NVIDIA driver failed to initialise a GPU (RmInitAdapter).",
-            (_NVIDIA,),
+            "An NVMe controller stopped answering and the kernel removed the device: what was on it (instance "
+            "store, a RAID of it, checkpoints written there) is unreachable until the node is rebooted.",
+            (read_only(["lsblk", "-o", "NAME,SIZE,TYPE,MOUNTPOINT"], f"List the block devices left {ON_NODE}"),),
+        ),
+        FaultKind(
+            "io_error",
+            "Disk I/O errors",
+            Tag.FAIL,
+            Priority.P1,
+            "N",
+            "investigate",
+            True,
+            "The kernel failed reads or writes on a block device; a file system on it may have shut down.",
+            (
+                read_only(
+                    ["journalctl", "-k", "-b", "0", "--no-pager", "--grep", "I/O error|nvme|XFS|EXT4-fs error"],
+                    f"Read this boot's storage errors {ON_NODE}",
+                ),
+                read_only(["lsblk", "-o", "NAME,SIZE,TYPE,MOUNTPOINT"], f"List the block devices {ON_NODE}"),
+            ),
         ),
         FaultKind(
             "nvidia_mismatch",
@@ -464,8 +739,19 @@ _KINDS: dict[str, FaultKind] = {
 #: branch starts with a capital letter: the regex engine skips other characters fast. Soft lockups
 #: ("watchdog: BUG: soft lockup") are found by "BUG", hung tasks by "INFO: task … blocked".
 _FAULT_KEYWORDS = re.compile(
-    r"Kernel panic|LOCKUP|BUG|Oops|Hardware Error|Machine|NMI|INFO: task|NVRM: |Trigger a crash"
+    r"Kernel panic|LOCKUP|BUG|Oops|Hardware Error|Machine|NMI|INFO: task|NVRM: |Trigger a crash|EDAC"
+    r"|Removing after probe failure|Device not ready|controller is down|I/O error|EXT4-fs error|XFS \("
 )
+_STORAGE_LOST = re.compile(
+    r"nvme\S*: (?:Removing after probe failure|Device not ready; aborting reset|controller is down)"
+)
+_IO_ERROR = re.compile(
+    r"blk_update_request: (?:critical medium |)I/O error|I/O error, dev \S+, sector|Buffer I/O error on dev"
+    r"|XFS \([^)]*\): (?:log I/O error|metadata I/O error)|EXT4-fs error"
+)
+#: EDAC memory-controller reports: "EDAC MC0: 1 CE memory read error on ...", "EDAC MC1: 1 UE ...",
+#: "EDAC skx MC2: ... Uncorrected error", "EDAC amd64: ... corrected error"
+_EDAC = re.compile(r"EDAC\b.*?(?:\b\d+\s+(CE|UE)\b|\b(Corrected|Uncorrected|corrected|uncorrected)[ _]error)")
 _PANIC = re.compile(r"Kernel panic - not syncing")
 _HARD_LOCKUP = re.compile(r"hard LOCKUP", re.IGNORECASE)
 _SOFT_LOCKUP = re.compile(r"soft lockup", re.IGNORECASE)
@@ -476,8 +762,6 @@ _MCE_CORRECTED = re.compile(r"Machine check events logged|(?<!un)corrected error
 _NMI = re.compile(r"Uhhuh\. NMI|NMI received|NMI: (?:PCI system error|IOCK error)")
 _HUNG = re.compile(r"blocked for more than \d+ seconds|hung_task(?!_timeout_secs)")
 _OOPS = re.compile(r"\bBUG: |Oops: |kernel BUG at")
-_OFF_BUS = re.compile(r"NVRM: .*fallen off the bus")
-_INIT_FAIL = re.compile(r"RmInitAdapter failed|rm_init_adapter failed")
 _MISMATCH = re.compile(r"NVRM: API mismatch")
 _SYSRQ_CRASH = re.compile(r"sysrq: .*Trigger a crash|sysrq_handle_crash")
 _FRAME_MODULE = re.compile(r"\+0x[0-9a-f]+/0x[0-9a-f]+ \[(\w+)\]")
@@ -497,15 +781,18 @@ def _fault_kind(text: str, ghes: dict[str, str]) -> str | None:
         if severity == "corrected" or (not record and _MCE_CORRECTED.search(text)):
             return "mce_corrected"
         return "mce"
+    if ("nvme" in text) and _STORAGE_LOST.search(text):
+        return "storage_lost"
+    if ("I/O error" in text or "EXT4-fs error" in text) and _IO_ERROR.search(text):
+        return "io_error"
+    if "EDAC" in text and (m := _EDAC.search(text)):
+        uncorrected = m.group(1) == "UE" or (m.group(2) or "").lower() == "uncorrected"
+        return "mce" if uncorrected else "mce_corrected"
     if "NMI" in text and _NMI.search(text):
         return "nmi"
     if ("blocked for more" in text or "hung_task" in text) and _HUNG.search(text):
         return "hung_task"
     if "NVRM" in text and "Xid" not in text:  # NVRM Xid lines belong to probe.xid
-        if "fallen off the bus" in text and _OFF_BUS.search(text):
-            return "gpu_off_bus"
-        if "nit" in text and _INIT_FAIL.search(text):
-            return "gpu_init"
         if "mismatch" in text and _MISMATCH.search(text):
             return "nvidia_mismatch"
     if ("BUG" in text or "Oops" in text) and _OOPS.search(text):
@@ -584,19 +871,18 @@ def check_kernel_faults(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     item(doc, THIS_BOOT, what="kernel panics, lockups and hardware errors in the kernel log")
     this_log, this = _faults_of(doc, ctx, THIS_BOOT)
     prev_log, prev = _faults_of(doc, ctx, PREVIOUS_BOOT)
-    # Xid 79 lines are probe.xid's; the driver's matching "fallen off the bus" line is the same event.
-    covered_now = this.by_kind.get("gpu_off_bus") and 79 in _xid_lines(doc, ctx, THIS_BOOT, ctx.window)[1]
-    covered_before = prev.by_kind.get("gpu_off_bus") and 79 in _xid_lines(doc, ctx, PREVIOUS_BOOT, ctx.window)[1]
     logs = (this_log, prev_log)
     findings: list[Finding] = []
     for key, kind in _KINDS.items():
-        now_lines = [] if key == "gpu_off_bus" and covered_now else this.by_kind.get(key, [])
-        before_lines = [] if key == "gpu_off_bus" and covered_before else prev.by_kind.get(key, [])
+        now_lines = this.by_kind.get(key, [])
+        before_lines = prev.by_kind.get(key, [])
         if now_lines or before_lines:
             findings.append(_fault_finding(doc, ctx, kind, now_lines, before_lines, this, prev, logs))
     if findings:
         findings.sort(key=lambda f: (f.priority or "P9", f.tag != Tag.FAIL))
         return findings
+    if (not_read := unread(ctx, CHECK_FAULTS, "N", "Kernel faults", this_log)) is not None:
+        return [not_read]
     scope = "this boot and the previous one" if prev_log.available else "this boot (previous boot's log not available)"
     return [
         finding(
@@ -628,10 +914,18 @@ def _fault_finding(
         where = f"in this boot ({_span(now_lines)})"
     else:
         where = f"before the last reboot ({_span(before_lines)})"
-    parts = [f"{kind.label} {where}, {_count(len(lines), 'line')} in the last {window_label(ctx.window)}"]
+    dated = any(line.time is not None for line in lines)
+    parts = [
+        f"{kind.label} {where}, {_count(len(lines), 'line')}"
+        + (f" in the last {window_label(ctx.window)}" if dated else "")
+    ]
     if kind.key == "panic" and not now_lines:
         parts.append("the previous boot ended in it")
     tag, priority, action, cause = kind.tag, kind.priority, kind.action, kind.root_cause
+    if kind.key == "panic" and now_lines:
+        # the log that holds the panic is the boot that panicked: the node is stopped in it until rebooted
+        action = "reboot"
+        parts.append("the node stopped in it: reboot it, then read the panic's cause here")
     modules = dict.fromkeys([*prev.modules.get(kind.key, []), *this.modules.get(kind.key, [])])
     if modules:
         parts.append(f"call trace through module(s) {', '.join(modules)}")
@@ -640,6 +934,13 @@ def _fault_finding(
     if kind.hardware and now_lines and before_lines:
         tag, priority, action = Tag.FAIL, Priority.P0, "replace"
         parts.append("seen in both boots: a reboot did not cure it, replace the node")
+    elif kind.key == "mce" and not before_lines and _logged_at_boot(doc, ctx, now_lines):
+        tag, priority, action = Tag.WARN, Priority.P2, "investigate"
+        parts.append(
+            "logged in the first minutes of this boot only: the firmware's record of an error from before the "
+            "boot, not a new fault; watch for machine checks later in the boot"
+        )
+        cause = "A machine-check record reported at boot (kept across the reboot); nothing new since."
     elif kind.key in ("panic", "oops") and _all_deliberate(now_lines, before_lines, this, prev):
         tag, priority, action = Tag.WARN, Priority.P2, "investigate"
         parts.append("triggered on purpose through SysRq (a crash test), not a node fault")
@@ -661,6 +962,24 @@ def _fault_finding(
     )
 
 
+#: machine-check records reported this early in a boot describe errors from before it
+BOOT_RECORD_S = 180.0
+
+
+def _logged_at_boot(doc: ProbeDocument, ctx: ProbeContext, lines: list[KernelLine]) -> bool:
+    boot = boot_time(doc, ctx.now)
+    for line in lines:
+        if line.uptime is not None:
+            if line.uptime > BOOT_RECORD_S:
+                return False
+        elif line.time is not None and boot is not None:
+            if (line.time - boot).total_seconds() > BOOT_RECORD_S:
+                return False
+        else:
+            return False
+    return bool(lines)
+
+
 def _all_deliberate(now: list[KernelLine], before: list[KernelLine], this: BootFaults, prev: BootFaults) -> bool:
     return (not now or this.deliberate_crash) and (not before or prev.deliberate_crash)
 
@@ -671,9 +990,13 @@ def _all_deliberate(now: list[KernelLine], before: list[KernelLine], this: BootF
 #: benign "oom_score_adj" values printed elsewhere carry none of them
 _OOM_KEYWORDS = re.compile(
     r"Out of memory|Memory cgroup out of memory|Kill process|Killed process|CONSTRAINT_|Task in "
+    r"|invoked oom-killer|mem_cgroup_out_of_memory"
 )
-#: every kill report has a "Kill process" / "Killed process" line, or at least its oom-kill: summary
-_OOM_WORDS = ("Kill", "CONSTRAINT_")
+#: every kill report has a "Kill process" / "Killed process" line, its oom-kill: summary, or at least the
+#: "<task> invoked oom-killer" line that opens it (the rest may be cut off by the tail cap)
+_OOM_WORDS = ("Kill", "CONSTRAINT_", "oom-killer", "mem_cgroup_out_of_memory")
+_INVOKED = re.compile(r"(\S+) invoked oom-killer:")
+_MEMCG_FRAME = re.compile(r"mem_cgroup_out_of_memory")
 _OOM_CONTEXT = re.compile(r"oom-kill:constraint=(\w+)")
 _KV = re.compile(r"(?<![\w])(task_memcg|oom_memcg|task|pid)=([^,\s]*)")
 _KILLED = re.compile(
@@ -695,6 +1018,8 @@ class OomKill:
     cgroup: str | None = None
     memcg_limit: bool = False
     previous_boot: bool = False
+    #: the task whose allocation invoked the OOM killer (the report's first line); not the victim
+    invoker: str | None = None
 
     @property
     def workload(self) -> bool:
@@ -706,6 +1031,8 @@ class OomKill:
         return self.constraint is None and bool(self.cgroup and _JOB_CGROUP.search(self.cgroup))
 
     def describe(self) -> str:
+        if self.task is None and self.pid is None and self.invoker:
+            return f"victim not in the log (the OOM killer was invoked by {self.invoker}; the kill line is missing)"
         who = f"{self.task or 'unknown process'} (pid {self.pid or '?'}"
         return f"{who}, {self.cgroup})" if self.cgroup else f"{who})"
 
@@ -717,7 +1044,27 @@ def oom_kills(lines: Iterable[KernelLine], previous_boot: bool = False) -> list[
     pending: OomKill | None = None  # an oom-kill:/Task-in line waiting for its "Killed process" line
     for line in lines:
         text = line.text
-        if m := _OOM_CONTEXT.search(text):
+        if m := _INVOKED.search(text):
+            # the report's first line: a kill follows (its own line may be missing: cut, or lost)
+            if pending is not None:
+                kills.append(pending)
+            pending = OomKill([line], task=None, invoker=m.group(1), previous_boot=previous_boot)
+        elif _MEMCG_FRAME.search(text) and "Memory cgroup out of memory" not in text:
+            # a call-trace frame of the report: the kill was inside a memory cgroup's limit
+            if pending is not None:
+                pending.memcg_limit = True
+        elif m := _OOM_CONTEXT.search(text):
+            if pending is not None and pending.constraint is None and pending.pid is None and pending.invoker:
+                # the summary of the report the invoked line opened
+                values = dict(_KV.findall(text))
+                pending.lines.append(line)
+                pending.pid = values.get("pid") or None
+                pending.task = values.get("task") or None
+                pending.constraint = m.group(1)
+                pending.cgroup = values.get("task_memcg") or values.get("oom_memcg") or None
+                continue
+            if pending is not None:
+                kills.append(pending)
             if pending is not None:
                 kills.append(pending)
             values = dict(_KV.findall(text))
@@ -730,6 +1077,10 @@ def oom_kills(lines: Iterable[KernelLine], previous_boot: bool = False) -> list[
                 previous_boot=previous_boot,
             )
         elif m := _TASK_IN.search(text):
+            if pending is not None and pending.invoker and pending.pid is None and pending.cgroup is None:
+                pending.lines.append(line)
+                pending.cgroup, pending.memcg_limit = m.group(1), pending.memcg_limit or m.group(2) != "/"
+                continue
             if pending is not None:
                 kills.append(pending)
             pending = OomKill([line], cgroup=m.group(1), memcg_limit=m.group(2) != "/", previous_boot=previous_boot)
@@ -830,6 +1181,8 @@ def check_oom(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
         )
     if findings:
         return findings
+    if (not_read := unread(ctx, CHECK_OOM, "I.3", "OOM kills", this_log)) is not None:
+        return [not_read]
     return [
         finding(
             ctx,

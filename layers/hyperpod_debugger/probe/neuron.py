@@ -20,6 +20,7 @@ from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
 from hyperpod_debugger.probe.catalog import InstanceSpec, spec_for
 from hyperpod_debugger.probe.document import TRUNCATION_MARKER, ProbeDocument
+from hyperpod_debugger.probe.kernel import unread
 from hyperpod_debugger.probe.parse.klog import PREVIOUS_BOOT, THIS_BOOT, KernelLine, Recent, recent, stamp, window_label
 from hyperpod_debugger.remediation.suggest import read_only
 
@@ -201,6 +202,14 @@ def _neuron_spec(ctx: ProbeContext) -> InstanceSpec | None:
     return spec
 
 
+#: neuron-ls's own words when the driver gives it nothing
+_NO_DEVICES = re.compile(
+    r"Failed to discover neuron devices|No neuron device(?:s)? (?:found|available)"
+    r"|Unable to read device information from the driver",
+    re.IGNORECASE,
+)
+
+
 def check_neuron_devices(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     spec = _neuron_spec(ctx)
     found = doc.item("neuron_ls")
@@ -228,6 +237,28 @@ def check_neuron_devices(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]
     raw = item(doc, "neuron_ls", what="Neuron devices (neuron-ls)")
     parsed = doc.parsed("neuron:ls", lambda: parse_neuron_ls(raw.stdout))
     first_lines = raw.stdout.strip().splitlines()[:5]
+    said = _NO_DEVICES.search(f"{raw.stdout}\n{raw.stderr}")
+    if said is not None and spec is not None and (parsed is None or parsed.device_count == 0):
+        line = next((ln.strip() for ln in f"{raw.stdout}\n{raw.stderr}".splitlines() if said.group(0) in ln), "")
+        return [
+            finding(
+                ctx,
+                CHECK_DEVICES,
+                Tag.FAIL,
+                f"neuron-ls cannot see any Neuron device on this {ctx.instance_type} (expected "
+                f"{spec.neuron_devices}): the Neuron driver is not loaded or not accessible",
+                priority=Priority.P0,
+                section="G.2",
+                evidence=[line[:300]] if line else first_lines,
+                root_cause=(
+                    "neuron-ls read nothing from the Neuron driver: aws-neuronx-dkms is missing, did not build for "
+                    "the running kernel, or its device files are not visible (for a container: not mounted). Fix "
+                    "the image or lifecycle script; do not load kernel modules by hand on a live node."
+                ),
+                suggested_commands=[_LSMOD, _NEURON_LS],
+                node_action="investigate",
+            )
+        ]
     if parsed is None:
         return [
             finding(
@@ -500,7 +531,7 @@ def check_neuron_runtime(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]
         evidence = trim_evidence([line.raw for line in lines], EVIDENCE_LIMIT)
         undated = len(lines) - len(times)
         if undated:
-            evidence.append(f"(time unknown for {undated} line(s): counted because this boot began inside the window)")
+            evidence.append(f"(time unknown for {undated} line(s): read as this boot's, at an unknown time)")
         if any(log.truncated for log in (this_log, prev_log)):
             evidence.append("(kernel log: output truncated; judged what was read)")
         findings.append(
@@ -519,6 +550,8 @@ def check_neuron_runtime(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]
         )
     if findings:
         return findings
+    if (not_read := unread(ctx, CHECK_RUNTIME, "G.2", "Neuron runtime errors", this_log)) is not None:
+        return [not_read]
     return [
         finding(
             ctx,

@@ -72,7 +72,7 @@ GPU_FIELDS_MIN="$GPU_FIELDS_MIN"',ecc.errors.uncorrected.aggregate.total'
 REMAP_FIELDS='gpu_bus_id,gpu_uuid,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending'
 REMAP_FIELDS="$REMAP_FIELDS"',remapped_rows.failure'
 UNITS=(amazon-ssm-agent snap.amazon-ssm-agent.amazon-ssm-agent containerd kubelet slurmd slurmctld munge
-  nvidia-dcgm dcgm)
+  nvidia-dcgm dcgm nvidia-fabricmanager)
 
 # The encoder: reads one stream of bytes and prints one line
 #   <tag>[<rc> ]<cut 0|1> "<JSON string>"

@@ -247,6 +247,10 @@ def _nvme_findings(
     if devices is None:
         notes.append(f"NVMe instance store not judged: {blk.reason}")
         return out, False
+    if not devices:
+        # every node has at least its root disk: an lsblk output with no device line was not read
+        notes.append("NVMe instance store not judged: the lsblk output holds no device line")
+        return out, False
     disks = [d for d in devices if (d.type or "disk") == "disk"]
     stores = [d for d in disks if d.instance_store is True]
     unclear = [d for d in disks if d.instance_store is None]

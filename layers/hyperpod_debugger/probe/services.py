@@ -94,6 +94,7 @@ def check_services(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     ssm_verdicts = [verdict(s) for s in ssm]
     seen.extend(line for s in ssm for line in s.lines)
     ok_units = [s.unit for s in ssm if verdict(s) == "ok"][:1]
+    ok_sections: list[str] = ["K"] if ok_units else []
     if ok_units:
         pass
     elif "transitional" in ssm_verdicts:
@@ -132,6 +133,7 @@ def check_services(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
         v = verdict(state)
         if v == "ok":
             ok_units.append(need.unit)
+            ok_sections.append(need.section)
             continue
         if v == "transitional":
             out.append(_transitional(ctx, state, need.section, truncated))
@@ -171,7 +173,8 @@ def check_services(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
                 CHECK,
                 Tag.PASS,
                 f"Services judged on this node are active: {', '.join(ok_units) or 'none judged'}",
-                section="K",
+                # the runbook section of what was judged (§ M containerd/kubelet, § H Slurm, § K the SSM agent)
+                section=ok_sections[0] if len(set(ok_sections)) == 1 else "K",
                 evidence=seen + notes + truncated,
             )
         )

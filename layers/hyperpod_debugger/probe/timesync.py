@@ -181,10 +181,11 @@ def _judge_timedatectl(ctx: ProbeContext, td: TimeDate, found: ProbeItem | None,
         service = "; the NTP service is off"
     elif td.ntp_service:
         service = "; the NTP service is on but has not synchronised"
+    # the kernel's own "unsynchronised" state, the same signal as chrony's Leap status (§ I.5): a FAIL
     return finding(
         ctx,
         CHECK,
-        Tag.WARN,
+        Tag.FAIL,
         f"System clock is not synchronised according to timedatectl{service}",
         priority=Priority.P1,
         section="I.5",
@@ -194,6 +195,7 @@ def _judge_timedatectl(ctx: ProbeContext, td: TimeDate, found: ProbeItem | None,
             "Service at 169.254.169.123 over UDP 123)."
         ),
         suggested_commands=_commands(),
+        node_action="investigate",
     )
 
 

@@ -197,9 +197,14 @@ def parse_line(raw: str, *, boot_time: datetime | None = None, reference: dateti
     elif first.isupper() and (m := _SHORT.match(rest)):
         time = _yearless(m.group(1), m.group(2), m.group(3), m.group(4), m.group(5), m.group(6), reference)
         rest = rest[m.end() :]
-    origin = rest.find("kernel: ", 0, 80)
-    if origin != -1 and (origin == 0 or (rest[origin - 1] == " " and " " not in rest[: origin - 1])):
-        rest = rest[origin + 8 :]
+    origin = rest.find("kernel:", 0, 80)
+    if (
+        origin != -1
+        and rest[origin + 7 : origin + 8] in (" ", "[")
+        and (origin == 0 or (rest[origin - 1] == " " and " " not in rest[: origin - 1]))
+    ):
+        # "host kernel: msg", and the console broadcast's "kernel:[405108.69] msg" (no space)
+        rest = rest[origin + 7 :].lstrip(" ")
         if rest[:1] == "[" and (m := _MONO.match(rest)):
             uptime = float(m.group(1))
             rest = rest[m.end() :]
@@ -260,9 +265,9 @@ class Recent:
     log: KernelLog | None
     lines: tuple[KernelLine, ...] = ()
     indices: tuple[int, ...] = ()
-    #: lines of unknown time counted because the boot they belong to began/ended inside the window
+    #: lines of unknown time counted (this boot's always; the previous boot's unless it ended earlier)
     undated_counted: int = 0
-    #: lines of unknown time left out (their boot is older than the window, or its start is unknown)
+    #: lines of unknown time left out: the previous boot's, when it ended before the window began
     undated_ignored: int = 0
     #: dated keyword lines older than the window (every line, when the whole output is older)
     older: int = 0
@@ -296,9 +301,12 @@ def recent(
 
     A dated line counts when it is no older than ``window`` before ``now`` (later lines count too:
     clock skew is not a reason to drop a fault); output whose newest line is older than the window
-    is passed over whole, since kernel logs print in time order. A line of unknown time counts only when the boot
-    that bounds it lies inside the window: this boot's start for ``kernel_log``; for the previous
-    boot, the same moment, when it ended (a panic is the previous boot's last words).
+    is passed over whole, since kernel logs print in time order.
+
+    A line of unknown time is never dropped from this boot's log: it counts as "this boot, time unknown"
+    (the evaluators say so in the evidence). For the previous boot it counts unless that boot is known
+    to have ended before the window began (this boot's start is its end: a panic is the previous boot's
+    last words).
     """
     log = kernel_log(doc, item_id, now)
     if log is None:
@@ -311,7 +319,7 @@ def recent(
     if words and not any(word in log.text for word in words):
         return Recent(item_id, log)
     boot = boot_time(doc, now)
-    undated_ok = boot is not None and boot >= start
+    undated_ok = item_id == THIS_BOOT or boot is None or boot >= start
     kept: list[KernelLine] = []
     indices: list[int] = []
     undated_counted = undated_ignored = older = 0
@@ -331,6 +339,45 @@ def recent(
         kept.append(line)
         indices.append(index)
     return Recent(item_id, log, tuple(kept), tuple(indices), undated_counted, undated_ignored, older)
+
+
+#: A line in a kernel-log layout (a time, an uptime, a level, an origin) or opening with a kernel
+#: subsystem's own prefix (what ``journalctl -o cat`` leaves). Prose, HTML or a traceback has neither.
+_KERNEL_SHAPE = re.compile(
+    r"(?m)^[ \t]*(?:<\d{1,3}>|\[\s*\d{1,10}\.\d{1,9}\]|\[[A-Z][a-z]{2} [A-Z][a-z]{2} |\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}"
+    r"|[A-Z][a-z]{2} {1,2}\d{1,2} \d{2}:\d{2}:\d{2}|\d{1,3},\d+,\d+,|[a-z]{2,8}\s*:[a-z]{2,7}\s*:|kernel:|\S+ kernel: "
+    r"|\d{4}-[A-Z][a-z]{2}-\d{2} \d{2}:"
+    r"|(?:NVRM|nvidia(?:-\w+)?|nvme\S*|EXT4-fs|XFS|mce|EDAC|watchdog|INFO: task|BUG|Kernel panic|Call Trace|pci \S+"
+    r"|ACPI|efa|NEURON|nrt|nd\d+|Killed process|Out of memory|Memory cgroup|oom-kill|\S+ invoked oom-killer"
+    r"|Linux version|Command line|systemd\[1\]|audit|IPv6|e1000|ena|md|dm-\d|sd \d|blk_update_request|Buffer I/O)\b)"
+)
+
+
+def not_a_kernel_log(log: KernelLog) -> str | None:
+    """Why the output cannot be a kernel log (no line has a kernel log's layout), or None. A check
+    says so instead of reporting a clean log it never read."""
+    if not log.raws or _KERNEL_SHAPE.search(log.text):
+        return None
+    first = log.raws[0].strip()
+    shown = first if len(first) <= 80 else first[:77] + "..."
+    return f"none of its {len(log.raws)} line(s) is in a kernel-log layout (it begins {shown!r})"
+
+
+def newest_time(doc: ProbeDocument, reference: datetime) -> datetime | None:
+    """The latest wall-clock time any kernel-log line of ``doc`` carries (a year-less line takes the year
+    of ``reference``), or None. What a saved log was "as of" when nothing else says so."""
+    newest: datetime | None = None
+    for item_id in (THIS_BOOT, PREVIOUS_BOOT):
+        found = doc.item(item_id)
+        if found is None or not found.stdout:
+            continue
+        log = parse_log(found.stdout, reference=reference)
+        for index in range(len(log.raws) - 1, -1, -1):
+            moment = log.line(index).time
+            if moment is not None:
+                newest = moment if newest is None or moment > newest else newest
+                break
+    return newest
 
 
 def stamp(moment: datetime | None) -> str:

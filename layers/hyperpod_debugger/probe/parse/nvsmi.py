@@ -17,6 +17,7 @@ read as ``None``: "cannot judge", never zero.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -298,6 +299,7 @@ _Q_SECTIONS = (
     "Clocks Event Reasons",
     "Clocks Throttle Reasons",
     "GPU Reset Status",
+    "Fabric",
 )
 _SECTION_FOLLOWERS = frozenset({"", " ", "\t", ":", "\n"})
 _FIRST_INDENT = re.compile(r"^([ \t]+)\S", re.MULTILINE)
@@ -405,6 +407,24 @@ def _message_lines(text: str) -> tuple[str, ...]:
     return tuple(found.values())
 
 
+UNKNOWN_BUS = "unknown"
+_TOP_SECTION = re.compile(r"(?m)^([ \t]*)(?:ECC Errors|ECC Mode|Retired Pages|Remapped Rows|Fabric)[ \t]*$")
+
+
+def _read_sections(text: str, begin: int, stop: int, indent: str, entries: list[QEntry], sections: set[str]) -> None:
+    level = len(indent)
+    for name in _Q_SECTIONS:
+        start = text.find(f"\n{indent}{name}", begin, stop)
+        if start == -1:
+            continue
+        name_end = start + 1 + level + len(name)
+        if text[name_end : name_end + 1] not in _SECTION_FOLLOWERS:
+            continue
+        end = _section_end(level).search(text, name_end, stop)
+        _parse_section(text[start + 1 : end.start() if end else stop], entries)
+        sections.add(name.lower())
+
+
 def parse_q(text: str) -> QReport:
     text, truncated = _strip_marker(text or "")
     headers = list(_Q_GPU.finditer(text))
@@ -418,33 +438,34 @@ def parse_q(text: str) -> QReport:
             attached_line = top.group(0).strip()
             count = number(top.group(2))
             attached = int(count) if count is not None else None
+    blocks = [
+        (
+            header.group(1),
+            header.group(0).strip(),
+            header.end(),
+            headers[i + 1].start() if i + 1 < len(headers) else len(text),
+        )
+        for i, header in enumerate(headers)
+    ]
+    top_indent: str | None = None
+    if not blocks and (margin := _TOP_SECTION.search(text)):
+        # one GPU's sections with no "GPU <bus id>" line: printed at the left margin (seen with -d ECC),
+        # or cut out of a full report (`nvidia-smi -q | grep -A3 Fabric`) with their indentation kept
+        top_indent = margin.group(1)
+        text = "\n" + text
+        blocks = [(UNKNOWN_BUS, "(one GPU, no bus id printed)", 0, len(text))]
     gpus: list[QGpu] = []
-    for position, header in enumerate(headers):
-        stop = headers[position + 1].start() if position + 1 < len(headers) else len(text)
-        begin = header.end()
+    for bus_id, header_line, begin, stop in blocks:
         first = _FIRST_INDENT.search(text, begin, stop)
-        indent = first.group(1) if first else "    "
-        level = len(indent)
         entries: list[QEntry] = []
         sections: set[str] = set()
-        for name in _Q_SECTIONS:
-            start = text.find(f"\n{indent}{name}", begin, stop)
-            if start == -1:
-                continue
-            name_end = start + 1 + level + len(name)
-            if text[name_end : name_end + 1] not in _SECTION_FOLLOWERS:
-                continue
-            end = _section_end(level).search(text, name_end, stop)
-            _parse_section(text[start + 1 : end.start() if end else stop], entries)
-            sections.add(name.lower())
-        gpus.append(
-            QGpu(
-                bus_id=header.group(1),
-                header_line=header.group(0).strip(),
-                entries=tuple(entries),
-                sections=frozenset(sections),
-            )
-        )
+        # the usual layout indents the sections under their GPU; some print them at the left margin
+        candidates = (top_indent,) if top_indent is not None else (first.group(1) if first else "    ", "")
+        for indent in dict.fromkeys(candidates):
+            _read_sections(text, begin, stop, indent, entries, sections)
+            if sections:
+                break
+        gpus.append(QGpu(bus_id=bus_id, header_line=header_line, entries=tuple(entries), sections=frozenset(sections)))
     # driver and lost-GPU messages come before the GPU blocks, or instead of them
     cut = attached is not None and len(gpus) < attached
     messages = _message_lines(text if cut or not gpus else preamble)
@@ -689,8 +710,28 @@ def _verdict(text: str) -> str | None:
     return None
 
 
+def _dcgm_json(text: str, truncated: bool) -> DcgmHealth | None:
+    """``dcgmi health --check -j``: ``{"body": {"Overall Health": {"value": "Healthy"}, ...}}``. Only the
+    overall verdict is read; a report that is not Healthy keeps its incidents unparsed (none invented)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    body = data.get("body") if isinstance(data, dict) else None
+    overall = body.get("Overall Health") if isinstance(body, dict) else None
+    value = overall.get("value") if isinstance(overall, dict) else None
+    if not isinstance(value, str):
+        return None
+    verdict = _verdict(value.strip())
+    return DcgmHealth(
+        overall=verdict, overall_line=f'"Overall Health": {value.strip()!r} (JSON)', incidents=(), truncated=truncated
+    )
+
+
 def parse_dcgm_health(text: str) -> DcgmHealth:
     text, truncated = _strip_marker(text or "")
+    if text.lstrip().startswith("{") and (from_json := _dcgm_json(text, truncated)) is not None:
+        return from_json
     overall = overall_line = error_line = None
     incidents: list[DcgmIncident] = []
     group = "GPU"

@@ -311,8 +311,8 @@ def parse_findmnt(text: str) -> Mounts:
         if match is None:
             continue
         tokens = line[match.end() :].split()
-        if not tokens:
-            continue
+        if not tokens or not tokens[0].startswith("/"):
+            continue  # a mount target is an absolute path; anything else is not findmnt's table
         out.append(
             Mount(
                 target=_unescape(tokens[0]),
@@ -356,6 +356,15 @@ def parse_free(text: str) -> FreeMem:
                 values, mem_line = row, line
             else:
                 swap, swap_line = row, line
+        elif line.lstrip().startswith("-/+ buffers/cache:") and mem_line and values.get("available") is None:
+            # procps before 3.3.10 prints no "available" column. Its -/+ line counts all page cache as free,
+            # shared memory (/dev/shm, which cannot be reclaimed) included; the estimate here takes shared
+            # out again: free + buffers + cached - shared
+            parts = [values.get(k) for k in ("free", "buffers", "cached")]
+            if all(v is not None for v in parts):
+                estimate = sum(v for v in parts if v is not None) - (values.get("shared") or 0)
+                values = {**values, "available": max(estimate, 0)}
+                mem_line = f"{mem_line} | {line.strip()} (available estimated: free + buffers + cached - shared)"
     return FreeMem(
         total=values.get("total"),
         available=values.get("available"),
@@ -453,6 +462,10 @@ def _device(node: dict) -> BlockDevice:
 _LSBLK_NAME_RE = re.compile(r"^[\s│├└─|`\-]*")
 
 
+#: lsblk's TYPE column (util-linux): what a device line has in its second field
+_LSBLK_TYPE = re.compile(r"^(?:disk|part|lvm|crypt|loop|rom|md|mpath|dm|raid\d+|linear|multipath|tape|dmraid)$")
+
+
 def parse_lsblk(text: str) -> tuple[BlockDevice, ...]:
     """``lsblk -J -b -o NAME,TYPE,SIZE,MODEL,MOUNTPOINT`` (sizes as numbers or strings, nested
     ``children``, ``mountpoints`` arrays of newer util-linux), or the plain table in that column
@@ -469,7 +482,7 @@ def parse_lsblk(text: str) -> tuple[BlockDevice, ...]:
     devices: list[BlockDevice] = []
     for line in _lines(text):
         tokens = _LSBLK_NAME_RE.sub("", line).split()
-        if len(tokens) < 2 or tokens[0] == "NAME":
+        if len(tokens) < 2 or tokens[0] == "NAME" or not _LSBLK_TYPE.match(tokens[1]):
             continue
         mount = tokens[-1] if len(tokens) > 3 and (tokens[-1].startswith("/") or tokens[-1] == "[SWAP]") else None
         model_tokens = tokens[3 : len(tokens) - 1] if mount else tokens[3:]
