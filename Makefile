@@ -16,8 +16,14 @@ $(STAMP): pyproject.toml sim/pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]' -e ./sim
 	touch $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/python -m hyperpod_debugger.cli demo
+# The demo needs the core and the simulator only: not CDK, the linters or the test tools.
+DEMO_STAMP := $(VENV)/.demo-installed
+$(DEMO_STAMP): pyproject.toml sim/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e . -e ./sim
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	PYTHONUNBUFFERED=1 $(BIN)/python -m hyperpod_debugger.cli demo
 
 # The gates, then the whole suite (CONTRIBUTING.md lists them).
 SOURCES := layers sim tests bench functions infra

@@ -22,6 +22,7 @@ from hyperpod_debugger.domain.model import (
     ClusterRef,
     Coverage,
     Finding,
+    NodeVerdict,
     Priority,
     RunError,
     Tag,
@@ -30,6 +31,7 @@ from hyperpod_debugger.domain.model import (
 from hyperpod_debugger.domain.observations import Cluster, ClusterNode, ClusterObservation, NodeHealthReport, Observed
 from hyperpod_debugger.probe.runner import ProbeOptions, probe_cluster, ssm_runner
 from hyperpod_debugger.remediation import ladder
+from hyperpod_debugger.remediation.verdict import node_verdicts
 from hyperpod_debugger.slurm.query import query_controller
 
 
@@ -49,6 +51,11 @@ class TriageRequest:
     #: HyperPod's own verdict on ``node`` (a Node Health Event): reported beside our findings, and when
     #: HyperPod is rebooting or replacing the node itself, the ladder suggests no second action
     health: NodeHealthReport | None = None
+    #: refuse a ``node`` the cluster does not have before anything else runs (the CLI's --node; an event
+    #: about a node that was just replaced still triages the cluster)
+    check_node: bool = False
+    #: told what the run is doing, step by step (the CLI prints it on a terminal's stderr); None: silent
+    progress: Callable[[str], None] | None = field(default=None, compare=False)
 
 
 def build_report(
@@ -58,6 +65,7 @@ def build_report(
     findings: list[Finding],
     coverage: Coverage,
     error: RunError | None = None,
+    verdicts: list[NodeVerdict] | None = None,
 ) -> TriageReport:
     return TriageReport(
         tool_version=__version__,
@@ -67,6 +75,7 @@ def build_report(
         findings=findings,
         coverage=coverage,
         summary=TriageReport.summarise(findings),
+        node_verdicts=node_verdicts(findings) if verdicts is None else verdicts,
         error=error,
         exit_code=TriageReport.exit_code_for(findings, error),
     )
@@ -174,6 +183,8 @@ def triage_with_observation(
     now = req.now or datetime.now(UTC)
     clients = clients or AwsClients(req.region)
     coverage = _coverage_of(clients)
+    say = req.progress or (lambda _: None)
+    say(f"reading cluster {req.cluster} in {req.region}")
     started = _start(req, clients, now, coverage)
     if isinstance(started, TriageReport):
         return started, None
@@ -181,17 +192,34 @@ def triage_with_observation(
     if req.probe_only and req.node:
         return _probe_one_node(req, clients, cluster, now, account, coverage), None
     ref = _cluster_ref(cluster, account)
+    say("collecting: nodes, events, network, orchestrator, logs")
     obs = _collect(req, clients, cluster, now)
     if isinstance(obs, RunError):
         return build_report(req.node, now, ref, [], coverage(_all_unknown("credentials expired")), obs), None
     if obs.nodes.available and obs.nodes.value is not None:
         ref.node_count = len(obs.nodes.value)
     ctx = CheckContext(now=now, scope_node=req.node, event_window=req.event_window, log_window=req.log_window)
+    say("checking")
     findings, checks = run_checks(obs, ctx)
     acting = _hyperpods_verdict(req, obs, findings, checks)
     probed_nodes = _probe(req, clients, cluster, obs, now, findings, checks)
     findings = ladder.refine(findings, obs, ctx, acting=acting)
-    return build_report(req.node, now, ref, findings, coverage(checks, probed_nodes)), obs
+    verdicts = ladder.verdicts(findings, obs, ctx, acting=acting)
+    return build_report(req.node, now, ref, findings, coverage(checks, probed_nodes), verdicts=verdicts), obs
+
+
+def _node_absent(clients: AwsClients, cluster: Cluster, node: str) -> str | None:
+    """Why ``node`` is not one of the cluster's, or None (also when the API cannot say: the triage goes on
+    and reports the node's findings, or their absence)."""
+    try:
+        sagemaker.describe_cluster_node(clients, cluster, node)
+    except ApiCallError as exc:
+        if exc.failure.kind == "not_found" or exc.failure.code == "ValidationException":
+            return (
+                f"--node {node} is not a node of cluster {cluster.name}: list its nodes with "
+                f"`aws sagemaker list-cluster-nodes --cluster-name {cluster.name} --region {clients.region}`"
+            )
+    return None
 
 
 def _start(
@@ -202,7 +230,12 @@ def _start(
     try:
         account = sts.caller_account(clients)
         ref.account_id = account
-        return sagemaker.describe_cluster(clients, req.cluster), account
+        cluster = sagemaker.describe_cluster(clients, req.cluster)
+        if req.node and req.check_node and (absent := _node_absent(clients, cluster, req.node)) is not None:
+            ref.arn, ref.status = cluster.arn, cluster.status
+            error = RunError(kind="invalid_argument", message=absent)
+            return build_report(req.node, now, ref, [], coverage(_all_unknown("the node is not in the cluster")), error)
+        return cluster, account
     except CredentialsError as exc:
         error = RunError(kind="credentials", message=f"AWS credentials are missing, expired or rejected: {exc}")
         return build_report(req.node, now, ref, [], coverage(_all_unknown("no usable credentials")), error)
@@ -297,7 +330,7 @@ def _probe(
         focus=req.node,
         suspects=[f.instance_id for f in findings if f.instance_id and f.is_problem],
         controllers=ladder.slurm_controllers(obs),
-        options=replace(req.probe_options, window=req.event_window),
+        options=replace(req.probe_options, window=req.event_window, progress=req.progress),
     )
     findings += probed.findings
     checks += probed.coverage

@@ -132,7 +132,10 @@ def test_the_demo_shows_orchestrator_findings(demo_output):
     slurm = demo_output.split("== Slurm (controller, nodes, jobs) ==", 1)[1].split("\n== ", 1)[0]
     assert "identified by scontrol ping" in slurm
     assert re.search(r"^\[FAIL\] P1 Slurm node ip-\S+ .* → references/node-diagnostics-detail\.md § H$", slurm, re.M)
-    assert "state=resume" in slurm and "blast radius:" in slurm
+    # the down node's verdict is a reboot (HMA saw Xid 79 on it): it is drained, never also resumed
+    slurm_report = demo_output.split("HyperPod triage: ml-slurm-train", 1)[1]
+    assert re.search(r"^\s+\$ scontrol update nodename=\S+ state=drain", slurm_report, re.M)
+    assert not re.search(r"^\s+\$ scontrol update .*state=resume", slurm_report, re.M)
 
 
 def test_the_demo_walks_the_monitor_path_through_the_lambda_handlers(demo_output):
@@ -210,3 +213,22 @@ def test_the_monitor_part_is_skipped_with_a_note_without_the_handlers(monkeypatc
     text = monitor_demo.monitor_walkthrough(None, None, datetime.now(UTC))  # type: ignore[arg-type]
     assert text.startswith("MONITOR: skipped.") and "make demo" in text
     assert text.count("\n") == 1
+
+
+def test_every_node_gets_one_verdict_and_never_two_rungs(demo_json):
+    import json
+
+    for report in json.loads(demo_json):
+        if report.get("probe_only") or "node_verdicts" not in report:
+            continue
+        verdicts = {v["instance_id"]: v for v in report["node_verdicts"]}
+        assert len(verdicts) == len(report["node_verdicts"])  # one per node
+        rungs: dict[str, set[str]] = {}
+        for f in report["findings"]:
+            if f.get("instance_id") and f["check"] != "ladder.batch":
+                steps = {c["step"] for c in f["suggested_commands"] if c["step"] in ("reboot", "replace")}
+                rungs.setdefault(f["instance_id"], set()).update(steps)
+        for node, steps in rungs.items():
+            assert len(steps) <= 1, (node, steps)
+            if steps:
+                assert verdicts[node]["verdict"] == next(iter(steps)), (node, verdicts[node])

@@ -103,3 +103,103 @@ def test_an_unexpected_error_is_a_message_not_a_traceback(monkeypatch, capsys):
     assert main(["triage", "--cluster", "ok", "--region", "us-west-2"]) == 1
     err = capsys.readouterr().err
     assert "unexpected error: RuntimeError: boom" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- the AWS CLI's conventions
+
+
+@pytest.fixture
+def aws_config(tmp_path, monkeypatch):
+    """A ~/.aws of our own: profile "prod" with its Region, credentials for it (accepted by the simulator)."""
+    config = tmp_path / "config"
+    config.write_text("[default]\nregion = eu-west-1\n\n[profile prod]\nregion = us-west-2\n")
+    credentials = tmp_path / "credentials"
+    credentials.write_text("[prod]\naws_access_key_id = AKIAPRODEXAMPLE00000\naws_secret_access_key = prod-secret\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    for name in ("AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    return config
+
+
+def test_profile_gives_credentials_and_its_region(endpoint_env, aws_config, capsys):
+    # GIVEN --profile prod (region = us-west-2 in its config) and no --region anywhere
+    code = main(["triage", "--cluster", endpoint_env.eks.name, "--profile", "prod", "--no-probe", "--output", "json"])
+    report = json.loads(capsys.readouterr().out)
+    # THEN the triage ran in the profile's Region, against the simulated account
+    assert report["error"] is None and report["cluster"]["region"] == "us-west-2"
+    assert report["cluster"]["name"] == endpoint_env.eks.name and code in (0, 1)
+
+
+def test_aws_profile_is_honoured_like_the_aws_cli(endpoint_env, aws_config, monkeypatch, capsys):
+    monkeypatch.setenv("AWS_PROFILE", "prod")
+    code = main(["triage", "--cluster", endpoint_env.eks.name, "--no-probe", "--json"])
+    assert json.loads(capsys.readouterr().out)["cluster"]["region"] == "us-west-2" and code in (0, 1)
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_profile_that_does_not_exist_says_which_do(how, aws_config, monkeypatch, capsys):
+    argv = ["triage", "--cluster", "ok", "--no-probe"]
+    if how == "flag":
+        argv += ["--profile", "staging"]
+    else:
+        monkeypatch.setenv("AWS_PROFILE", "staging")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "profile 'staging' not found" in err and "prod" in err and "unexpected error" not in err
+
+
+@pytest.mark.parametrize(
+    ("cluster", "region", "said"),
+    [
+        ("arn:aws:sagemaker:cn-north-1:123456789012:cluster/abcd1234efgh", None, "arn:aws-cn:"),
+        ("arn:aws-us-gov:sagemaker:us-west-2:123456789012:cluster/abcd1234efgh", None, "arn:aws:"),
+        ("ml-eks-prod", "us-west-9", "did you mean us-west-2"),
+    ],
+    ids=["aws-arn-in-china", "govcloud-arn-in-commercial", "misspelt-region"],
+)
+def test_partition_and_region_are_checked_against_the_sdks_endpoint_data(cluster, region, said, aws_config, capsys):
+    argv = ["triage", "--cluster", cluster, "--no-probe"] + (["--region", region] if region else [])
+    assert main(argv) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_invalid_arguments_under_json_print_the_json_error_too(aws_config, capsys):
+    assert main(["triage", "--cluster", "bad name", "--region", "us-west-2", "--json"]) == 2
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["error"]["kind"] == "invalid_argument" and "bad name" in report["error"]["message"]
+    assert report["exit_code"] == 2 and report["findings"] == []
+    assert "error" in captured.err
+
+
+@pytest.mark.parametrize("fail_on", ["P0", "P1", "P2"])
+def test_fail_on_sets_which_problems_fail_the_run(endpoint_env, monkeypatch, fail_on, capsys):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
+    got = main(["triage", "--cluster", endpoint_env.eks.name, "--no-probe", "--json", "--fail-on", fail_on])
+    report = json.loads(capsys.readouterr().out)
+    worst = min((f["priority"] for f in report["findings"] if f["tag"] in ("FAIL", "WARN", "UNKNOWN")), default="P9")
+    assert got == (1 if worst <= fail_on else 0)
+
+
+def test_subcommand_help_gives_an_example_and_the_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        main(["triage", "--help"])
+    out = capsys.readouterr().out
+    assert "example:" in out and "exit codes:" in out and "--profile" in out and "--fail-on" in out
+
+
+def test_a_node_outside_the_cluster_is_refused_before_the_triage(endpoint_env, monkeypatch, capsys):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
+    code = main(["triage", "--cluster", endpoint_env.eks.name, "--node", "i-0000000000000000a", "--json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert code == 2 and report["error"]["kind"] == "invalid_argument"
+    assert "i-0000000000000000a is not a node of cluster" in report["error"]["message"]
+    assert "list-cluster-nodes" in report["error"]["message"] and report["findings"] == []
+    # only the cluster and the one node were asked about
+    assert set(report["coverage"]["api_calls"]) <= {
+        "sts:GetCallerIdentity",
+        "sagemaker:DescribeCluster",
+        "sagemaker:DescribeClusterNode",
+    }

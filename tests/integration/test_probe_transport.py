@@ -94,7 +94,8 @@ def test_probe_command_runs_on_one_node(world, capsys):
 def test_probe_of_an_unknown_node_fails_clearly(world, capsys):
     demo, _, _, _ = world
     code = main(["probe", "--cluster", demo.eks.name, "--region", scenarios.REGION, "--node", "i-0aaaaaaaaaaaaaaaa"])
-    assert code == 1 and "not part of cluster" in capsys.readouterr().out
+    # refused before any session: the cluster does not have that node (an invalid argument, exit 2)
+    assert code == 2 and "is not a node of cluster" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

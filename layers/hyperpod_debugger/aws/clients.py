@@ -61,6 +61,12 @@ class AwsClients:
         self._clients: dict[tuple[str, str], Any] = {}
         self.calls: Counter[str] = Counter()
 
+    @classmethod
+    def for_profile(cls, region: str, profile: str | None, **options: Any) -> AwsClients:
+        """Clients whose credentials come from a named profile (``--profile``), like the AWS CLI's."""
+        session = boto3.session.Session(profile_name=profile, region_name=region) if profile else None
+        return cls(region, session=session, **options)
+
     def client(self, service: str, region: str | None = None) -> Any:
         key = (service, region or self.region)
         if key not in self._clients:

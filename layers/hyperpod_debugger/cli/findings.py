@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from hyperpod_debugger.cli.common import region_for
+from hyperpod_debugger.cli.common import PROFILE_HELP, REGION_HELP, region_for
 from hyperpod_debugger.domain import validate
 from hyperpod_debugger.lifecycle.findings import FINGERPRINT_CHARS, State, StoredFinding
 
@@ -42,7 +42,8 @@ def add_parser(sub: Any) -> None:
 
     def common(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--table", default=os.environ.get(TABLE_ENV), help=f"findings table (default ${TABLE_ENV})")
-        parser.add_argument("--region", help="AWS Region (default: the ARN's, then AWS_DEFAULT_REGION/AWS_REGION)")
+        parser.add_argument("--region", help=REGION_HELP)
+        parser.add_argument("--profile", help=PROFILE_HELP)
         parser.add_argument("--json", action="store_true", help="print JSON")
 
     listing = verbs.add_parser("list", help="open findings of a cluster, most urgent first")
@@ -182,7 +183,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
             raise validate.InvalidArgument(f"--table {args.table!r} is not a DynamoDB table name")
         cluster = validate.cluster(args.cluster) if getattr(args, "cluster", None) else None
         node = validate.instance_id(args.node) if getattr(args, "node", None) else None
-        region = region_for(getattr(args, "cluster", None), args.region)
+        region = region_for(getattr(args, "cluster", None), args.region, profile=args.profile)
         if getattr(args, "fingerprint", None) is not None and not _FINGERPRINT.match(args.fingerprint):
             raise validate.InvalidArgument(f"--fingerprint {args.fingerprint!r} is not {FINGERPRINT_CHARS} hex digits")
         if getattr(args, "by", None) is not None and not args.by.strip():
@@ -193,7 +194,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     except validate.InvalidArgument as exc:
         return _fail(str(exc))
 
-    clients = AwsClients(region)
+    clients = AwsClients.for_profile(region, args.profile)
     store = FindingStore(clients, args.table)
     try:
         arn = cluster

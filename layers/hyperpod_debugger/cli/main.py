@@ -14,11 +14,11 @@ import sys
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from importlib.metadata import entry_points
-from typing import Literal
+from typing import Any, Literal
 
 from hyperpod_debugger import __version__
 from hyperpod_debugger.cli import findings as findings_cli
-from hyperpod_debugger.cli.common import region_for
+from hyperpod_debugger.cli.common import PROFILE_HELP, REGION_HELP, region_for
 from hyperpod_debugger.domain import validate
 
 EXIT_INVALID = 2
@@ -44,10 +44,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    triage = sub.add_parser("triage", help="triage one cluster: cluster-level checks, orchestrator, and on-node probes")
+    triage = sub.add_parser(
+        "triage",
+        help="triage one cluster: cluster-level checks, orchestrator, and on-node probes",
+        description="Read-only triage of one HyperPod cluster: its API state, events, network, orchestrator "
+        "and, through Session Manager, its nodes. Nothing is changed; commands that would change "
+        "something are only suggested.",
+        epilog="example:\n  hyperpod-debugger triage --cluster ml-eks-prod --profile prod\n"
+        "  hyperpod-debugger triage --cluster ml-eks-prod --node i-0123456789abcdef0 --output json\n\n" + EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     triage.add_argument("--cluster", required=True, help="HyperPod cluster name or ARN")
-    triage.add_argument("--region", help="AWS Region (default: the ARN's, then AWS_DEFAULT_REGION/AWS_REGION)")
-    triage.add_argument("--node", help="focus on one node (EC2 instance id)")
+    triage.add_argument("--region", help=REGION_HELP)
+    triage.add_argument("--profile", help=PROFILE_HELP)
+    triage.add_argument("--node", help="focus on one node (EC2 instance id); it must belong to the cluster")
     triage.add_argument(
         "--since-hours",
         type=_hours,
@@ -62,8 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         dest="log_window",
         help="health-agent log window in days (default 7)",
     )
-    triage.add_argument("--json", action="store_true", help="print the JSON report (documented schema)")
-    triage.add_argument("--no-color", action="store_true", help="never colour the text report")
+    _output_arguments(triage)
     _probe_arguments(triage)
     triage.add_argument("--no-probe", action="store_true", help="skip the on-node probe (cluster-level checks only)")
     triage.add_argument(
@@ -73,12 +82,18 @@ def _parser() -> argparse.ArgumentParser:
         help="probe at most N nodes per run, suspect and accelerator nodes first (default 25)",
     )
 
-    probe = sub.add_parser("probe", help="run the read-only probe on one node through Session Manager")
+    probe = sub.add_parser(
+        "probe",
+        help="run the read-only probe on one node through Session Manager",
+        description="Run probe.sh (read-only) on one node through a Session Manager session and judge its output.",
+        epilog="example:\n  hyperpod-debugger probe --cluster ml-eks-prod --node i-0123456789abcdef0\n\n" + EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     probe.add_argument("--cluster", required=True, help="HyperPod cluster name or ARN")
-    probe.add_argument("--region", help="AWS Region (default: the ARN's, then AWS_DEFAULT_REGION/AWS_REGION)")
+    probe.add_argument("--region", help=REGION_HELP)
+    probe.add_argument("--profile", help=PROFILE_HELP)
     probe.add_argument("--node", required=True, help="the node's EC2 instance id")
-    probe.add_argument("--json", action="store_true")
-    probe.add_argument("--no-color", action="store_true")
+    _output_arguments(probe)
     _probe_arguments(probe)
 
     demo = sub.add_parser("demo", help="triage two simulated clusters in an embedded moto server (no AWS account)")
@@ -86,7 +101,13 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-color", action="store_true")
 
     analyze = sub.add_parser(
-        "analyze", help="evaluate a saved probe document (or a folder of raw outputs) without AWS access"
+        "analyze",
+        help="evaluate a saved probe document (or a folder of raw outputs) without AWS access",
+        description="Judge what a node printed, offline: probe.sh's JSON, or a folder of saved outputs named "
+        "<item_id>.txt (kernel_log.txt for dmesg or journalctl -k, nvidia_smi_q.txt for nvidia-smi -q, ...).",
+        epilog="example:\n  hyperpod-debugger analyze --raw-dir ./node-logs --instance-type ml.p5.48xlarge\n\n"
+        + EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     source = analyze.add_mutually_exclusive_group(required=True)
     source.add_argument("--probe-output", type=pathlib.Path, help="JSON document printed by probe.sh")
@@ -106,14 +127,70 @@ def _parser() -> argparse.ArgumentParser:
     analyze.add_argument("--instance-group", help="the node's instance group")
     analyze.add_argument("--cluster", help="cluster name (fills suggested commands)")
     analyze.add_argument("--region", help="cluster Region (fills suggested commands)")
-    analyze.add_argument("--json", action="store_true")
-    analyze.add_argument("--no-color", action="store_true")
+    _output_arguments(analyze)
 
     findings_cli.add_parser(sub)
     sub.add_parser("probe-script", help="print the read-only on-node probe script (probe.sh)")
     sub.add_parser("schema", help="print the JSON schema of the triage report")
     sub.add_parser("iam-policy", help="print the IAM policy the triage needs (read-only calls + probe sessions)")
     return parser
+
+
+EXIT_CODES = (
+    "exit codes:\n"
+    "  0  no problem at or above --fail-on (default P1)\n"
+    "  1  a problem at or above --fail-on, or the run could not reach the cluster (credentials, not found)\n"
+    "  2  invalid arguments (nothing was called)"
+)
+_RANK = {"P0": 0, "P1": 1, "P2": 2}
+
+
+def _output_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", choices=["text", "json"], default=None, help="report format (default text)")
+    parser.add_argument("--json", action="store_true", help="the same as --output json (documented schema)")
+    parser.add_argument("--no-color", action="store_true", help="never colour the text report")
+    parser.add_argument(
+        "--fail-on",
+        choices=["P0", "P1", "P2"],
+        default="P1",
+        help="exit 1 when a problem of this priority or more urgent is found (default P1)",
+    )
+
+
+def _wants_json(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "json", False)) or getattr(args, "output", None) == "json"
+
+
+def _exit_code(report: Any, fail_on: str) -> int:
+    """The report's exit code, with --fail-on deciding which problems count (an error keeps its code)."""
+    if report.error is not None:
+        return int(report.exit_code)
+    limit = _RANK[fail_on]
+    return int(
+        any(f.is_problem and f.priority is not None and _RANK[str(f.priority)] <= limit for f in report.findings)
+    )
+
+
+def _refuse(args: argparse.Namespace, message: str) -> int:
+    """Invalid arguments: a clear message on stderr, and under --json the JSON report with the error too."""
+    if _wants_json(args):
+        from hyperpod_debugger.domain.model import ClusterRef, Coverage, RunError
+        from hyperpod_debugger.report.text import render_json
+        from hyperpod_debugger.triage import build_report
+
+        report = build_report(
+            None,
+            datetime.now(UTC),
+            ClusterRef(
+                name=str(getattr(args, "cluster", None) or "unknown"), region=getattr(args, "region", None) or "unknown"
+            ),
+            [],
+            Coverage(),
+            error=RunError(kind="invalid_argument", message=message),
+        )
+        sys.stdout.write(render_json(report))
+    print(f"hyperpod-debugger {args.command}: error: {message}", file=sys.stderr)
+    return EXIT_INVALID
 
 
 def _positive_int(value: str) -> int:
@@ -159,6 +236,27 @@ def _iso_time(value: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+class _Progress:
+    """One status line on stderr, rewritten in place, only when stderr is a terminal (never in a pipe or a
+    log file); ``done`` clears it before the report is printed."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)()) and os.environ.get("TERM") != "dumb"
+        self.started = datetime.now(UTC)
+
+    def __call__(self, message: str) -> None:
+        if self.live:
+            seconds = int((datetime.now(UTC) - self.started).total_seconds())
+            self.stream.write(f"\r\x1b[K[{seconds:>3}s] {message}")
+            self.stream.flush()
+
+    def done(self) -> None:
+        if self.live:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
 def _use_colour(args: argparse.Namespace) -> bool:
     return (
         not args.no_color and sys.stdout.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
@@ -166,21 +264,22 @@ def _use_colour(args: argparse.Namespace) -> bool:
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
+    from hyperpod_debugger.aws.clients import AwsClients
     from hyperpod_debugger.probe.runner import ProbeOptions
     from hyperpod_debugger.report.text import render_json, render_text
     from hyperpod_debugger.triage import TriageRequest, run_triage
 
     try:
         cluster = validate.cluster(args.cluster)
-        region = region_for(args.cluster, args.region)
+        region = region_for(args.cluster, args.region, profile=args.profile)
         node = validate.instance_id(args.node) if args.node else None
     except validate.InvalidArgument as exc:
-        print(f"hyperpod-debugger {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return _refuse(args, str(exc))
     options = ProbeOptions(
         max_nodes=getattr(args, "max_probe_nodes", 1), rate=args.probe_rate, timeout=args.probe_timeout
     )
     probe_only = args.command == "probe"
+    progress = _Progress()
     report = run_triage(
         TriageRequest(
             cluster=cluster,
@@ -191,12 +290,17 @@ def cmd_triage(args: argparse.Namespace) -> int:
             probe=probe_only or not args.no_probe,
             probe_options=options,
             probe_only=probe_only,
-        )
+            check_node=True,
+            progress=progress if progress.live else None,
+        ),
+        AwsClients.for_profile(region, args.profile),
     )
-    sys.stdout.write(render_json(report) if args.json else render_text(report, colour=_use_colour(args)))
-    if report.error is not None and not args.json:
+    progress.done()
+    as_json = _wants_json(args)
+    sys.stdout.write(render_json(report) if as_json else render_text(report, colour=_use_colour(args)))
+    if report.error is not None and not as_json:
         print(f"hyperpod-debugger: {report.error.message}", file=sys.stderr)
-    return report.exit_code
+    return _exit_code(report, args.fail_on)
 
 
 #: Where the simulator registers the demo (sim/pyproject.toml); the core never imports the simulator.
@@ -235,16 +339,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         else:
             doc = document.from_raw_dir(args.raw_dir, collected_at=args.now)
     except (validate.InvalidArgument, document.ProbeDocumentError, OSError) as exc:
-        print(f"hyperpod-debugger analyze: error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return _refuse(args, str(exc))
     if catalog.spec_for(args.instance_type) is None:
-        print(
-            f"hyperpod-debugger analyze: error: unknown instance type {args.instance_type!r}: the checks would "
-            f"judge counts against nothing. Known: {', '.join(catalog.known_types())}; and the CPU-only "
-            f"families {catalog.cpu_families()} (e.g. ml.m5.xlarge)",
-            file=sys.stderr,
+        return _refuse(
+            args,
+            f"unknown instance type {args.instance_type!r}: the checks would judge counts against nothing. "
+            f"Known: {', '.join(catalog.known_types())}; and the CPU-only families {catalog.cpu_families()} "
+            "(e.g. ml.m5.xlarge)",
         )
-        return EXIT_INVALID
     now = args.now or doc.collected_at
     notes: tuple[str, ...] = ()
     if now is None:
@@ -270,8 +372,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         cluster_name=cluster,
         region=region,
     )
-    sys.stdout.write(render_json(report) if args.json else render_text(report, colour=_use_colour(args)))
-    return report.exit_code
+    sys.stdout.write(render_json(report) if _wants_json(args) else render_text(report, colour=_use_colour(args)))
+    return _exit_code(report, args.fail_on)
 
 
 def cmd_probe_script(_: argparse.Namespace) -> int:

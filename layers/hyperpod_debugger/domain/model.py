@@ -222,6 +222,32 @@ class Summary(BaseModel):
     passed: int = 0
 
 
+VerdictState = Literal[
+    "healthy", "watch", "investigate", "reboot", "replace", "hyperpod-acting", "fix-workload", "unknown"
+]
+
+
+class NodeVerdict(BaseModel):
+    """One node's state, from all its findings: the single rung of the ladder it is on, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instance_id: str
+    instance_group: str | None = None
+    instance_type: str | None = None
+    verdict: VerdictState
+    why: str = Field(description="The deciding finding's message.")
+    section: str | None = None
+    checks: list[str] = Field(default_factory=list, description="Checks with a problem on this node, weightiest first.")
+    next_step: str | None = None
+    next_command: str | None = Field(
+        default=None,
+        description="The next command for this rung, ids filled in (the drain, before a reboot or replace).",
+    )
+    then_command: str | None = Field(default=None, description="The rung's own command, after the drain.")
+    hyperpod: str | None = Field(default=None, description="What HyperPod itself is doing or recommends.")
+
+
 class TriageReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -233,6 +259,9 @@ class TriageReport(BaseModel):
     findings: list[Finding] = Field(default_factory=list)
     coverage: Coverage = Field(default_factory=Coverage)
     summary: Summary = Field(default_factory=Summary)
+    node_verdicts: list[NodeVerdict] = Field(
+        default_factory=list, description="One verdict per node with findings, most urgent first."
+    )
     error: RunError | None = None
     exit_code: Literal[0, 1, 2]
 

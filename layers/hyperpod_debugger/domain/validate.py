@@ -6,7 +6,7 @@ import re
 
 CLUSTER_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 CLUSTER_ARN_RE = re.compile(
-    r"^arn:aws[a-z-]*:sagemaker:(?P<region>[a-z]{2}(-[a-z]+)+-\d+):\d{12}:cluster/[a-z0-9]{12}$"
+    r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z]{2,5}(-[a-z]+)+-\d+):\d{12}:cluster/[a-z0-9]{12}$"
 )
 REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 INSTANCE_ID_RE = re.compile(r"^i-[0-9a-f]{8}([0-9a-f]{9})?$")
@@ -40,3 +40,8 @@ def instance_id(value: str) -> str:
 def region_of_arn(value: str) -> str | None:
     match = CLUSTER_ARN_RE.match(value)
     return match["region"] if match else None
+
+
+def partition_of_arn(value: str) -> str | None:
+    match = CLUSTER_ARN_RE.match(value)
+    return match["partition"] if match else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -33,6 +33,8 @@ class ProbeOptions:
     window: timedelta = timedelta(hours=24)
     #: pinned Session documents (the monitor's stack): sessions run only the commands they carry
     documents: SessionDocuments = NO_DOCUMENTS
+    #: told "probed 3 of 25 nodes" as sessions end (the CLI shows it on a terminal); None: silent
+    progress: Callable[[str], None] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +118,18 @@ def probe_cluster(
             targets.append((node, f"(invalid: {exc})"))
     runner = runner_factory(clients, cluster.region, options.timeout, options.documents)
 
+    done = 0
+
     async def run(target: str, command: str) -> CommandResult:  # invalid targets never reach SSM
-        if target.startswith("(invalid"):
-            raise SessionError("ERROR", target[1:-1])
-        return await runner(target, command)
+        nonlocal done
+        try:
+            if target.startswith("(invalid"):
+                raise SessionError("ERROR", target[1:-1])
+            return await runner(target, command)
+        finally:
+            done += 1
+            if options.progress is not None:
+                options.progress(f"probing nodes through Session Manager: {done} of {len(targets)} done")
 
     probes = asyncio.run(probe_fleet(targets, probe_command(), run, rate=options.rate, concurrency=options.concurrency))
     findings.extend(outcome_findings(probes, cluster_arn=cluster.arn, cluster_name=cluster.name, region=cluster.region))

@@ -22,10 +22,11 @@ from datetime import datetime, timedelta
 from hyperpod_debugger.checks.base import CheckContext
 from hyperpod_debugger.checks.kubernetes import pending_recovery
 from hyperpod_debugger.checks.logs import hma_detections
-from hyperpod_debugger.domain.model import STEP_ORDER, Finding, SuggestedCommand, Tag
+from hyperpod_debugger.domain.model import STEP_ORDER, Finding, NodeVerdict, SuggestedCommand, Tag
 from hyperpod_debugger.domain.observations import Cluster, ClusterNode, ClusterObservation
 from hyperpod_debugger.remediation.iac import drift_note
 from hyperpod_debugger.remediation.suggest import aws_argv, batches, mutating
+from hyperpod_debugger.remediation.verdict import node_verdicts
 
 #: How long after HyperPod announced a reboot/replacement we still consider it under way.
 #: A replacement normally takes 20-30 minutes.
@@ -319,7 +320,46 @@ def apply(
         if f.instance_id:
             facts = NodeFacts(nodes.get(f.instance_id), recovering.get(f.instance_id), f.instance_id in controllers)
         refined.append(_refine(f, target, facts, tags or {}))
+    refined = one_rung_per_node(refined, node_verdicts(refined, nodes=nodes, recovering=recovering))
     return refined + _batch_findings(refined, target)
+
+
+#: a command that undoes a drain ("state=resume"): never beside a drain for a reboot or a replace
+_UNDRAIN = ("state=resume", "kubectl uncordon")
+
+
+def one_rung_per_node(findings: list[Finding], verdicts: list[NodeVerdict]) -> list[Finding]:
+    """Each node keeps the commands of its verdict's rung only: a replace supersedes a reboot, and a node
+    about to be drained is not also offered to be resumed. A finding whose own rung was superseded says so."""
+    rung = {v.instance_id: v.verdict for v in verdicts}
+    out = []
+    for f in findings:
+        state = rung.get(f.instance_id or "")
+        if state is None or f.check == "ladder.batch":
+            out.append(f)
+            continue
+        own = f.node_action if f.node_action in ("reboot", "replace") else None
+        keep = []
+        for c in f.suggested_commands:
+            if c.step in _NODE_STEPS and state in ("reboot", "replace") and own != state:
+                continue  # drain / reboot of a superseded rung
+            if c.step in ("reboot", "replace") and state not in ("reboot", "replace"):
+                continue
+            if state in ("reboot", "replace") and any(u in c.command for u in _UNDRAIN):
+                continue
+            keep.append(c)
+        if len(keep) == len(f.suggested_commands):
+            out.append(f)
+            continue
+        update: dict = {"suggested_commands": [c.model_dump() for c in keep]}
+        if own and own != state:
+            update["next_step"] = (
+                f"This node's verdict is {state} (another finding on it weighs more): follow that one; "
+                f"the {own} this finding alone would call for is superseded."
+            )
+            update["node_action"] = "investigate"
+        out.append(Finding.model_validate({**f.model_dump(), **update}))
+    return out
 
 
 def refine(
@@ -338,3 +378,11 @@ def refine(
         controllers=slurm_controllers(obs),
         tags=resource_tags(obs),
     )
+
+
+def verdicts(
+    findings: list[Finding], obs: ClusterObservation, ctx: CheckContext, *, acting: dict[str, str] | None = None
+) -> list[NodeVerdict]:
+    """The node verdicts of a triage, with what HyperPod is doing itself beside ours."""
+    nodes = {n.instance_id: n for n in obs.nodes.value or ()} if obs.nodes.available else {}
+    return node_verdicts(findings, nodes=nodes, recovering={**(acting or {}), **recovery_in_progress(obs, ctx.now)})

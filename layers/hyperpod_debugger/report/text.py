@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hyperpod_debugger.domain.model import CheckStatus, Finding, Priority, Tag, TriageReport
 
@@ -109,6 +110,8 @@ def render_text(report: TriageReport, colour: bool = False) -> str:
         out.append(f"exit code {report.exit_code}")
         return "\n".join(out) + "\n"
 
+    out.extend(_verdict_table(report, bold))
+
     for title_, _ in (*_AREAS, ("Other", ())):
         block = [f for f in report.findings if _area(f.check) == title_]
         if not block:
@@ -154,6 +157,46 @@ def render_text(report: TriageReport, colour: bool = False) -> str:
         f"Cluster: {c.name} | Region: {c.region} | Orchestrator: {c.orchestrator} | exit code {report.exit_code}"
     )
     return "\n".join(out) + "\n"
+
+
+_VERDICT_LABEL = {
+    "replace": "REPLACE",
+    "reboot": "REBOOT",
+    "investigate": "INVESTIGATE",
+    "unknown": "UNKNOWN",
+    "hyperpod-acting": "HYPERPOD ACTING",
+    "fix-workload": "FIX WORKLOAD",
+    "watch": "WATCH",
+    "healthy": "healthy",
+}
+
+
+def _verdict_table(report: TriageReport, bold: Any) -> list[str]:
+    """One line per node that needs something (its single rung and why), the one command under it, and the
+    healthy nodes counted. The details follow, area by area."""
+    verdicts = report.node_verdicts
+    acting = [v for v in verdicts if v.verdict != "healthy"]
+    if not verdicts:
+        return []
+    out = ["", bold("== Node verdicts (one rung per node; details below) ==")]
+    if acting:
+        width = max(len(v.instance_id) for v in acting)
+        for v in acting:
+            where = " ".join(x for x in (v.instance_group, v.instance_type) if x)
+            why = v.why if len(v.why) <= 110 else v.why[:107] + "..."
+            section = f" (§ {v.section})" if v.section else ""
+            out.append(f"{_VERDICT_LABEL[v.verdict]:<15} {v.instance_id:<{width}}  {where}")
+            out.append(f"    why: {why}{section}")
+            if v.hyperpod and v.verdict != "hyperpod-acting":
+                out.append(f"    HyperPod: {v.hyperpod}")
+            if v.next_command:
+                out.append(f"    next: $ {v.next_command}")
+            if v.then_command:
+                out.append(f"    then: $ {v.then_command}")
+    healthy = len(verdicts) - len(acting)
+    if healthy:
+        out.append(f"healthy: {healthy} node(s) with no problem in what was read")
+    return out
 
 
 def render_json(report: TriageReport) -> str:
