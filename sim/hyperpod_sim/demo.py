@@ -63,7 +63,7 @@ def demo_reports(now: datetime | None = None, *, probe: bool = True) -> list[Tri
         return _triage_both(demo, now, probe)
 
 
-def run_demo(json_output: bool = False, colour: bool = False) -> int:
+def run_demo(json_output: bool = False, colour: bool = False, verbose: bool = False) -> int:
     now = datetime.now(UTC)
     with _simulated_account(now) as (clients, demo):
         reports = _triage_both(demo, now, probe=True)
@@ -74,7 +74,7 @@ def run_demo(json_output: bool = False, colour: bool = False) -> int:
     for index, report in enumerate(reports):
         if index:
             sys.stdout.write("\n" + "=" * 100 + "\n\n")
-        sys.stdout.write(render_text(report, colour=colour))
+        sys.stdout.write(render_text(report, colour=colour, verbose=verbose))
     sys.stdout.write("\n" + "=" * 100 + "\n\n" + monitor)
     sys.stdout.write(
         "\nThis was a simulated account (moto, in-process) with a fake Session Manager agent on each node.\n"

@@ -51,7 +51,7 @@ def demo(*args: str) -> str:
     """``hyperpod-debugger demo`` as a user runs it (no AWS credentials), normalised."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     result = subprocess.run(
-        [sys.executable, "-m", "hyperpod_debugger.cli", "demo", "--no-color", *args],
+        [sys.executable, "-m", "hyperpod_debugger.cli", "demo", "--no-color", "--verbose", *args],
         capture_output=True,
         text=True,
         env=env,

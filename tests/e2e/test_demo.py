@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def demo_output() -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     result = subprocess.run(
-        [sys.executable, "-m", "hyperpod_debugger.cli", "demo"],
+        [sys.executable, "-m", "hyperpod_debugger.cli", "demo", "--verbose"],
         capture_output=True,
         text=True,
         env=env,
@@ -92,11 +92,23 @@ def test_every_problem_carries_its_runbook_link(demo_output):
 
 
 def test_every_mutating_suggestion_shows_blast_radius_and_iac_note(demo_output):
-    blocks = demo_output.split("Suggested command (run this yourself):")[1:]
-    assert blocks
-    for block in blocks:
-        head = block.split("\n[", 1)[0].split("Investigate (read-only)", 1)[0].split("Suggested command", 1)[0]
-        assert "blast radius:" in head and "IaC:" in head and "precondition:" in head
+    # a command's own blast radius under it; its preconditions and IaC note under it too, or, when every
+    # suggested command of the finding shares them, once after the last one ("For each of the N ...")
+    findings = re.split(r"\n(?=\[(?:FAIL|WARN|UNKNOWN|INFO|PASS)\])", demo_output)
+    seen = 0
+    for block in findings:
+        commands = block.split("Suggested command (run this yourself):")[1:]
+        shared = "For each of the" in block
+        for command in commands:
+            seen += 1
+            head = command.split("Investigate (read-only)", 1)[0].split("For each of the", 1)[0]
+            assert "blast radius:" in head
+            if not shared:
+                assert "IaC:" in head and "precondition:" in head
+        if shared:
+            tail = block.split("For each of the", 1)[1]
+            assert "IaC:" in tail and "precondition:" in tail
+    assert seen
 
 
 def test_the_demo_shows_the_ladder_and_iac_ownership(demo_output):
@@ -232,3 +244,35 @@ def test_every_node_gets_one_verdict_and_never_two_rungs(demo_json):
             assert len(steps) <= 1, (node, steps)
             if steps:
                 assert verdicts[node]["verdict"] == next(iter(steps)), (node, verdicts[node])
+
+
+@pytest.fixture(scope="module")
+def demo_short() -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "hyperpod_debugger.cli", "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_the_default_report_is_read_in_a_minute(demo_short):
+    # the EKS cluster of 5 nodes with about five root causes: verdicts, cluster problems, one summary line
+    eks = demo_short.split("=" * 100, 1)[0]
+    lines = eks.strip().splitlines()
+    assert len(lines) <= 120, len(lines)
+    assert lines[3].startswith("== Node verdicts")
+    verdicts = eks.split("== Cluster-level problems ==", 1)[0]
+    assert re.search(r"^REPLACE\s+i-008b27c44a8f23815", verdicts, re.M)
+    assert "batch-reboot-cluster-nodes" not in verdicts.split("REPLACE", 1)[1].split("\n", 4)[-1].split("\n")[0]
+    problems = eks.split("== Cluster-level problems ==", 1)[1].split("== Summary ==", 1)[0]
+    for line in problems.splitlines():
+        if line.startswith("["):
+            assert " → references/node-diagnostics-detail.md § " in line, line
+    assert "--verbose" in eks

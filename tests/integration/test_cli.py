@@ -68,8 +68,11 @@ def test_triage_json_exit_1_and_region_from_environment(endpoint_env, monkeypatc
 
 def test_triage_text_is_plain_when_not_a_tty(endpoint_env, capsys):
     main(["triage", "--cluster", endpoint_env.slurm.name, "--region", scenarios.REGION, "--no-probe"])
-    out = capsys.readouterr().out
-    assert "\033[" not in out and "[PASS]" in out and "== Summary ==" in out
+    short = capsys.readouterr().out
+    assert "\033[" not in short and "== Node verdicts" in short and "== Summary ==" in short
+    main(["triage", "--cluster", endpoint_env.slurm.name, "--region", scenarios.REGION, "--no-probe", "--verbose"])
+    full = capsys.readouterr().out
+    assert "\033[" not in full and "[PASS]" in full and "== Summary ==" in full
 
 
 def test_unknown_cluster_exits_1_and_lists_clusters(endpoint_env, capsys):

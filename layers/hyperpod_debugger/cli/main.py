@@ -99,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="triage two simulated clusters in an embedded moto server (no AWS account)")
     demo.add_argument("--json", action="store_true")
     demo.add_argument("--no-color", action="store_true")
+    demo.add_argument("--verbose", action="store_true", help="the full reports, every finding with its evidence")
 
     analyze = sub.add_parser(
         "analyze",
@@ -149,6 +150,11 @@ def _output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", choices=["text", "json"], default=None, help="report format (default text)")
     parser.add_argument("--json", action="store_true", help="the same as --output json (documented schema)")
     parser.add_argument("--no-color", action="store_true", help="never colour the text report")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="every finding with its evidence and commands (default: node verdicts and cluster problems)",
+    )
     parser.add_argument(
         "--fail-on",
         choices=["P0", "P1", "P2"],
@@ -297,7 +303,8 @@ def cmd_triage(args: argparse.Namespace) -> int:
     )
     progress.done()
     as_json = _wants_json(args)
-    sys.stdout.write(render_json(report) if as_json else render_text(report, colour=_use_colour(args)))
+    text = render_text(report, colour=_use_colour(args), verbose=args.verbose)
+    sys.stdout.write(render_json(report) if as_json else text)
     if report.error is not None and not as_json:
         print(f"hyperpod-debugger: {report.error.message}", file=sys.stderr)
     return _exit_code(report, args.fail_on)
@@ -321,7 +328,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    return int(run_demo(json_output=args.json, colour=_use_colour(args)))
+    return int(run_demo(json_output=args.json, colour=_use_colour(args), verbose=args.verbose))
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -372,7 +379,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         cluster_name=cluster,
         region=region,
     )
-    sys.stdout.write(render_json(report) if _wants_json(args) else render_text(report, colour=_use_colour(args)))
+    text = render_text(report, colour=_use_colour(args), verbose=True)  # one node: always in full
+    sys.stdout.write(render_json(report) if _wants_json(args) else text)
     return _exit_code(report, args.fail_on)
 
 

@@ -63,15 +63,24 @@ def _finding_block(f: Finding, colour: bool) -> list[str]:
         lines.append(f"    runbook: {f.runbook}")
     if f.next_step:
         lines.append(f"    next step: {f.next_step}")
+    mutating = [c for c in f.suggested_commands if c.mutates]
+    # notes every suggested command of the finding shares are said once, after them
+    shared = len(mutating) > 1 and all(
+        (c.preconditions, c.iac_warning) == (mutating[0].preconditions, mutating[0].iac_warning) for c in mutating
+    )
     for cmd in f.suggested_commands:
         header = "Suggested command (run this yourself)" if cmd.mutates else "Investigate (read-only)"
         lines.append(f"    {header}: {cmd.purpose}")
         lines.append(f"      $ {cmd.command}")
         if cmd.mutates:
             lines.append(f"      blast radius: {cmd.blast_radius}")
-            for pre in cmd.preconditions:
-                lines.append(f"      precondition: {pre}")
-            lines.append(f"      IaC: {cmd.iac_warning}")
+            if not shared:
+                lines.extend(f"      precondition: {pre}" for pre in cmd.preconditions)
+                lines.append(f"      IaC: {cmd.iac_warning}")
+    if shared:
+        lines.append(f"    For each of the {len(mutating)} suggested commands above:")
+        lines.extend(f"      precondition: {pre}" for pre in mutating[0].preconditions)
+        lines.append(f"      IaC: {mutating[0].iac_warning}")
     return lines
 
 
@@ -83,10 +92,51 @@ def _area(check: str) -> str:
     return "Other"
 
 
-def render_text(report: TriageReport, colour: bool = False) -> str:
+def render_text(report: TriageReport, colour: bool = False, verbose: bool = True) -> str:
+    """The report for people. ``verbose``: every finding with its evidence and commands, area by area;
+    otherwise the short form: node verdicts, then the cluster-level problems (one line and one command
+    each), then coverage in one line."""
+    if not verbose and report.error is None:
+        return _render_short(report, colour)
+    return _render_full(report, colour)
+
+
+def _render_short(report: TriageReport, colour: bool) -> str:
     bold = (lambda s: f"{_BOLD}{s}{_RESET}") if colour else (lambda s: s)
+    out = _title(report, bold)
+    out.extend(_verdict_table(report, bold, details=False))
+    cluster = [f for f in report.findings if f.is_problem and not f.instance_id]
+    out.append("")
+    out.append(bold("== Cluster-level problems =="))
+    if not cluster:
+        out.append("None in what could be read.")
+    for f in sorted(cluster, key=lambda f: (str(f.priority or "P9"), f.tag is not Tag.FAIL)):
+        out.append(finding_line(f, colour))
+        command = next((c for c in f.suggested_commands if not c.mutates), None) or next(
+            iter(f.suggested_commands), None
+        )
+        if command is not None:
+            label = "change (its blast radius and IaC note: --verbose)" if command.mutates else "look"
+            out.append(f"    {label}: $ {command.command}")
+    checks = report.coverage.checks
+    ran = sum(1 for x in checks if x.status is CheckStatus.RAN)
+    skipped = sum(1 for x in checks if x.status is CheckStatus.SKIPPED)
+    unknown = [x.check for x in checks if x.status is CheckStatus.UNKNOWN]
+    s = report.summary
+    out.append("")
+    out.append(bold("== Summary =="))
+    out.append(
+        f"P0 {s.P0} · P1 {s.P1} · P2 {s.P2} · passed {s.passed}; {ran} check(s) ran, {skipped} skipped"
+        + (f", could not run: {', '.join(unknown)}" if unknown else "")
+        + f"; {sum(report.coverage.api_calls.values())} AWS API call(s)"
+    )
+    out.append("Evidence, every command with its blast radius and IaC note, and what was skipped: --verbose")
+    out.append(f"exit code {report.exit_code}")
+    return "\n".join(out) + "\n"
+
+
+def _title(report: TriageReport, bold: Any) -> list[str]:
     c = report.cluster
-    out: list[str] = []
     title = f"HyperPod triage: {c.name}"
     if c.cluster_id:
         title += f" ({c.cluster_id})"
@@ -95,8 +145,13 @@ def render_text(report: TriageReport, colour: bool = False) -> str:
         meta.append(f"{c.node_count} nodes")
     if report.scope_node:
         meta.append(f"focus {report.scope_node}")
-    out.append(bold(title + " · " + " · ".join(m for m in meta if m)))
-    out.append(f"generated {report.generated_at}")
+    return [bold(title + " · " + " · ".join(m for m in meta if m)), f"generated {report.generated_at}"]
+
+
+def _render_full(report: TriageReport, colour: bool = False) -> str:
+    bold = (lambda s: f"{_BOLD}{s}{_RESET}") if colour else (lambda s: s)
+    c = report.cluster
+    out: list[str] = _title(report, bold)
 
     if report.error is not None:
         out.append("")
@@ -171,14 +226,15 @@ _VERDICT_LABEL = {
 }
 
 
-def _verdict_table(report: TriageReport, bold: Any) -> list[str]:
+def _verdict_table(report: TriageReport, bold: Any, details: bool = True) -> list[str]:
     """One line per node that needs something (its single rung and why), the one command under it, and the
     healthy nodes counted. The details follow, area by area."""
     verdicts = report.node_verdicts
     acting = [v for v in verdicts if v.verdict != "healthy"]
     if not verdicts:
         return []
-    out = ["", bold("== Node verdicts (one rung per node; details below) ==")]
+    heading = "one rung per node; details below" if details else "one rung per node"
+    out = ["", bold(f"== Node verdicts ({heading}) ==")]
     if acting:
         width = max(len(v.instance_id) for v in acting)
         for v in acting:
