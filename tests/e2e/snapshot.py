@@ -47,18 +47,24 @@ def normalise(text: str) -> str:
     return _VERSION.sub(r'\1"<version>"', text)
 
 
-def demo(*args: str) -> str:
-    """``hyperpod-debugger demo`` as a user runs it (no AWS credentials), normalised."""
+def run_demo(*args: str) -> subprocess.CompletedProcess[str]:
+    """``hyperpod-debugger demo`` as a user runs it: a subprocess from the checkout, no AWS credentials."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "hyperpod_debugger.cli", "demo", "--no-color", "--verbose", *args],
+    return subprocess.run(
+        [sys.executable, "-m", "hyperpod_debugger.cli", "demo", *args],
         capture_output=True,
         text=True,
         env=env,
         cwd=ROOT,
         timeout=300,
-        check=True,
+        check=False,
     )
+
+
+def demo(*args: str) -> str:
+    """The full demo (``--verbose``), normalised."""
+    result = run_demo("--no-color", "--verbose", *args)
+    result.check_returncode()
     return normalise(result.stdout)
 
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
-import subprocess
 import sys
 from datetime import UTC, datetime
 
 import pytest
+
+from tests.e2e.snapshot import run_demo
 
 #: The repository root: the demo's monitor part imports the Lambda handlers from ``functions/`` there.
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -17,16 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def demo_output() -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "hyperpod_debugger.cli", "demo", "--verbose"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-        check=False,
-    )
+    result = run_demo("--verbose")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     # The handlers' Powertools log lines and EMF metrics stay out of what the user sees.
@@ -55,16 +46,9 @@ def test_demo_reports_both_orchestrators_and_suggests_only_quoted_commands(demo_
 
 @pytest.fixture(scope="module")
 def demo_json() -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    return subprocess.run(
-        [sys.executable, "-m", "hyperpod_debugger.cli", "demo", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-        check=True,
-    ).stdout
+    result = run_demo("--json")
+    result.check_returncode()
+    return result.stdout
 
 
 def test_demo_json_is_a_list_of_reports(demo_json):
@@ -248,16 +232,7 @@ def test_every_node_gets_one_verdict_and_never_two_rungs(demo_json):
 
 @pytest.fixture(scope="module")
 def demo_short() -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "hyperpod_debugger.cli", "demo"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-        check=False,
-    )
+    result = run_demo()
     assert result.returncode == 0, result.stderr
     return result.stdout
 
