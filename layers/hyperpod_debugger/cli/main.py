@@ -128,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
     analyze.add_argument("--instance-group", help="the node's instance group")
     analyze.add_argument("--cluster", help="cluster name (fills suggested commands)")
     analyze.add_argument("--region", help="cluster Region (fills suggested commands)")
-    _output_arguments(analyze)
+    _output_arguments(analyze, short_form=False)  # one node: the report is always in full
 
     findings_cli.add_parser(sub)
     sub.add_parser("probe-script", help="print the read-only on-node probe script (probe.sh)")
@@ -146,15 +146,16 @@ EXIT_CODES = (
 _RANK = {"P0": 0, "P1": 1, "P2": 2}
 
 
-def _output_arguments(parser: argparse.ArgumentParser) -> None:
+def _output_arguments(parser: argparse.ArgumentParser, *, short_form: bool = True) -> None:
     parser.add_argument("--output", choices=["text", "json"], default=None, help="report format (default text)")
     parser.add_argument("--json", action="store_true", help="the same as --output json (documented schema)")
     parser.add_argument("--no-color", action="store_true", help="never colour the text report")
-    parser.add_argument(
-        "--verbose",
-        action="store_true",
-        help="every finding with its evidence and commands (default: node verdicts and cluster problems)",
-    )
+    if short_form:
+        parser.add_argument(
+            "--verbose",
+            action="store_true",
+            help="every finding with its evidence and commands (default: node verdicts and cluster problems)",
+        )
     parser.add_argument(
         "--fail-on",
         choices=["P0", "P1", "P2"],
@@ -379,7 +380,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         cluster_name=cluster,
         region=region,
     )
-    text = render_text(report, colour=_use_colour(args), verbose=True)  # one node: always in full
+    text = render_text(report, colour=_use_colour(args), verbose=True)
     sys.stdout.write(render_json(report) if _wants_json(args) else text)
     return _exit_code(report, args.fail_on)
 
