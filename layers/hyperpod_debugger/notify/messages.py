@@ -376,15 +376,17 @@ def _resolved_slack(notice: Notice, runbook_base_url: str | None) -> dict[str, A
     f = notice.finding
     where = _where(notice.cluster_name, f)
     open_for = duration(_open_for(notice))
-    fallback = f"{EMOJI_RESOLVED} Resolved on {escape(where)} after {open_for}: {escape(f.message)}"
+    fallback = f"{EMOJI_RESOLVED} Resolved on {escape(where)} after {open_for}: {escape(f.message)} (no longer seen)"
     text = (
-        f"*Resolved:* {_esc_clip(f.message, 1500)}\n"
+        f"*No longer seen:* {_esc_clip(f.message, 1500)}\n"
         f"Was {escape(_grade(f))} on {_node_mrkdwn(f)}, cluster {escape(notice.cluster_name)} "
         f"({escape(notice.region)}), check `{escape(f.check)}`.\n"
         f"Open for {open_for} (since {when(notice.first_seen)}), seen {_times(notice.count)}. "
         f"Runbook: {_section_mrkdwn(f.section, runbook_base_url)}"
     )
-    return _message(fallback, [_header(f"{EMOJI_RESOLVED} Resolved: {f.message}"), _section(text)])
+    # the message names the fault as it was seen; "no longer seen" keeps it from reading as still broken
+    header = f"{EMOJI_RESOLVED} Resolved: {clip(_one_line(f.message), MAX_HEADER - 30)} — no longer seen"
+    return _message(fallback, [_header(header), _section(text)])
 
 
 def email_text(notice: Notice, *, runbook_base_url: str | None) -> tuple[str, str]:
@@ -396,7 +398,7 @@ def email_text(notice: Notice, *, runbook_base_url: str | None) -> tuple[str, st
         open_for = duration(_open_for(notice))
         subject = _subject(f"[HyperPod] Resolved: {where}: {f.message}")
         body = [
-            f"RESOLVED: {f.message}",
+            f"RESOLVED, no longer seen: {f.message}",
             "",
             f"Was:      {_grade(f)}",
             f"Cluster:  {notice.cluster_name} ({notice.region})",
