@@ -80,7 +80,8 @@ for _family, _model, _efa in (("g5", "A10G", 1), ("g6", "L4", None), ("g6e", "L4
     _TABLE.update({f"{_family}.{size}": spec for size, spec in _g_family(_model, _efa).items()})
 
 #: CPU-only families HyperPod offers for controllers, login and system groups: no accelerator.
-_CPU_FAMILIES = re.compile(r"^(c5|c5n|c6i|c6in|c7i|m5|m6i|m7i|r5|r6i|r7i|t3)\.")
+_CPU_FAMILY_NAMES = ("c5", "c5n", "c6i", "c6in", "c7i", "m5", "m6i", "m7i", "r5", "r6i", "r7i", "t3")
+_CPU_FAMILIES = re.compile(rf"^({'|'.join(_CPU_FAMILY_NAMES)})\.")
 
 
 def spec_for(instance_type: str) -> InstanceSpec | None:
@@ -98,5 +99,5 @@ def known_types() -> tuple[str, ...]:
 
 
 def cpu_families() -> str:
-    """The CPU-only families accepted (controllers, login and system groups), as one pattern for messages."""
-    return _CPU_FAMILIES.pattern.removeprefix("^(").removesuffix(")\\.").replace("|", ", ")
+    """The CPU-only families accepted (controllers, login and system groups), for messages."""
+    return ", ".join(_CPU_FAMILY_NAMES)

@@ -20,7 +20,7 @@ from hyperpod_debugger.probe.base import ProbeContext, finding
 from hyperpod_debugger.probe.catalog import spec_for
 from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.parse.nvsmi import UNKNOWN_BUS, parse_q
-from hyperpod_debugger.probe.parse.sysparse import parse_is_active
+from hyperpod_debugger.probe.parse.sysparse import cached, parse_is_active
 from hyperpod_debugger.probe.services import verdict
 from hyperpod_debugger.remediation.suggest import read_only
 
@@ -78,9 +78,7 @@ def check_fabric_manager(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]
     services = doc.item("systemctl_is_active")
     # on an NVLink domain (GB200 NVL72) the switches are managed off the node: only the GPUs' fabric state counts
     if spec.nvswitch == "hgx" and services is not None and services.stdout and not services.missing_tool:
-        unit = doc.parsed("sysparse:systemctl_is_active:parse_is_active", lambda: parse_is_active(services.stdout)).get(
-            UNIT
-        )
+        unit = cached(doc, services, "systemctl_is_active", parse_is_active).get(UNIT)
     fabrics = _fabric_states(doc)
     if unit is None and not fabrics:
         raise NotApplicable("neither the nvidia-fabricmanager unit nor a Fabric section of nvidia-smi -q was read")
