@@ -291,6 +291,7 @@ def signals_from_payload(payload: SubscriptionPayload, *, region: str, partition
                 region=region,
                 node=name,
                 reason=_reason(node_codes, words, len(found)),
+                source="health-agent log record",
             )
         )
     dropped = None

@@ -12,10 +12,12 @@ from hyperpod_debugger.aws import sagemaker, sts
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.collector import CollectOptions, Collector
 from hyperpod_debugger.aws.errors import ApiCallError, CredentialsError
+from hyperpod_debugger.aws.k8s import OCCUPANCY_MAX_NODES
 from hyperpod_debugger.checks.base import CheckContext
 from hyperpod_debugger.checks.health_event import CHECK as HEALTH_EVENT_CHECK
 from hyperpod_debugger.checks.health_event import health_event_findings
 from hyperpod_debugger.checks.registry import ACTION_SECTIONS, ALL_CHECKS, run_checks
+from hyperpod_debugger.domain import occupancy
 from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
@@ -29,9 +31,11 @@ from hyperpod_debugger.domain.model import (
     TriageReport,
 )
 from hyperpod_debugger.domain.observations import Cluster, ClusterNode, ClusterObservation, NodeHealthReport, Observed
+from hyperpod_debugger.domain.occupancy import Occupancy
 from hyperpod_debugger.probe.runner import ProbeOptions, probe_cluster, ssm_runner
 from hyperpod_debugger.remediation import ladder
-from hyperpod_debugger.remediation.verdict import node_verdicts
+from hyperpod_debugger.remediation.verdict import RUNGS, node_verdicts
+from hyperpod_debugger.slurm.parse import controller_up, parse_jobs, parse_sinfo
 from hyperpod_debugger.slurm.query import query_controller
 
 
@@ -203,9 +207,57 @@ def triage_with_observation(
     findings, checks = run_checks(obs, ctx)
     acting = _hyperpods_verdict(req, obs, findings, checks)
     probed_nodes = _probe(req, clients, cluster, obs, now, findings, checks)
-    findings = ladder.refine(findings, obs, ctx, acting=acting)
-    verdicts = ladder.verdicts(findings, obs, ctx, acting=acting)
-    return build_report(req.node, now, ref, findings, coverage(checks, probed_nodes), verdicts=verdicts), obs
+    refined = ladder.refine(findings, obs, ctx, acting=acting)
+    verdicts = ladder.verdicts(refined, obs, ctx, acting=acting)
+    acted_on = [v.instance_id for v in verdicts if v.verdict in RUNGS]
+    if acted_on:
+        # Before a drain, reboot or replace is suggested, read what runs there, and word the suggestion by it.
+        say(f"reading what runs on {len(acted_on)} node(s) before suggesting a node action")
+        occupancy = _occupancy(clients, obs, acted_on)
+        refined = ladder.refine(findings, obs, ctx, acting=acting, occupancy=occupancy)
+        verdicts = ladder.verdicts(refined, obs, ctx, acting=acting, occupancy=occupancy)
+    return build_report(req.node, now, ref, refined, coverage(checks, probed_nodes), verdicts=verdicts), obs
+
+
+def _occupancy(clients: AwsClients, obs: ClusterObservation, ids: list[str]) -> dict[str, Observed[Occupancy]]:
+    """What runs on each of ``ids``: the Slurm controller's job list (read in the same session as the rest
+    of the controller's view), or the pods the API server lists on each Kubernetes node (one read each,
+    at most ``OCCUPANCY_MAX_NODES``)."""
+    nodes = {n.instance_id: n for n in obs.nodes.value or ()} if obs.nodes.available else {}
+    if obs.cluster.orchestrator == "Slurm":
+        names = {iid: nodes[iid].slurm_name or "" for iid in ids if iid in nodes and nodes[iid].slurm_name}
+        if not obs.slurm.available or obs.slurm.value is None:
+            unread: Observed[Occupancy] = Observed(failure=obs.slurm.failure, skipped=obs.slurm.skipped)
+            return {iid: unread for iid in ids}
+        outputs = obs.slurm.value.outputs
+        jobs = parse_jobs(outputs["jobs"]) if "jobs" in outputs and controller_up(outputs.get("ping", "")) else None
+        states = {n.name: n.state.raw for n in parse_sinfo(outputs.get("sinfo", ""))}
+        return occupancy.from_slurm(jobs, names, states=states)
+    if obs.cluster.orchestrator != "EKS":
+        return {}
+    k8s = obs.kubernetes.value if obs.kubernetes.available else None
+    gone = obs.kubernetes.failure or (k8s.nodes.failure if k8s is not None else None)
+    if k8s is None or (gone is not None and gone.kind in ("endpoint", "timeout")):
+        # the API server could not be reached a moment ago: say so instead of waiting for it again
+        unread = Observed(failure=gone, skipped=obs.kubernetes.skipped)
+        return {iid: unread for iid in ids}
+    k8s_names = {}
+    if k8s.nodes.available:
+        k8s_names = {n.instance_id: n.name for n in k8s.nodes.value or () if n.instance_id}
+    names = {iid: k8s_names.get(iid) or (nodes[iid].eks_name if iid in nodes else f"hyperpod-{iid}") for iid in ids}
+    read = list(names.items())[:OCCUPANCY_MAX_NODES]
+    pods = Collector(clients).pods_on_nodes(obs.eks, [name for _, name in read])
+    out: dict[str, Observed[Occupancy]] = {}
+    for iid, name in read:
+        listed = pods[name]
+        out[iid] = (
+            Observed.ok(occupancy.from_pods(iid, name, listed.value))
+            if listed.available and listed.value is not None
+            else Observed(failure=listed.failure, skipped=listed.skipped)
+        )
+    for iid, _ in list(names.items())[OCCUPANCY_MAX_NODES:]:
+        out[iid] = Observed.skip(f"more than {OCCUPANCY_MAX_NODES} nodes to act on; only the first were read")
+    return out
 
 
 def _node_absent(clients: AwsClients, cluster: Cluster, node: str) -> str | None:

@@ -63,19 +63,29 @@ def demo_reports(now: datetime | None = None, *, probe: bool = True) -> list[Tri
         return _triage_both(demo, now, probe)
 
 
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
 def run_demo(json_output: bool = False, colour: bool = False, verbose: bool = False) -> int:
+    """The demo, printed as it runs: each cluster's report as soon as its triage ends, then each step of the
+    monitor as it happens."""
     now = datetime.now(UTC)
+    if not json_output:
+        _write("Starting a simulated AWS account (two HyperPod clusters, no network) …\n\n")
     with _simulated_account(now) as (clients, demo):
-        reports = _triage_both(demo, now, probe=True)
         if json_output:
+            reports = _triage_both(demo, now, probe=True)
             sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in reports], indent=2) + "\n")
             return 0
-        monitor = monitor_walkthrough(clients, demo, now)
-    for index, report in enumerate(reports):
-        if index:
-            sys.stdout.write("\n" + "=" * 100 + "\n\n")
-        sys.stdout.write(render_text(report, colour=colour, verbose=verbose))
-    sys.stdout.write("\n" + "=" * 100 + "\n\n" + monitor)
+        for index, cluster in enumerate((demo.eks, demo.slurm)):
+            if index:
+                _write("\n" + "=" * 100 + "\n\n")
+            request = TriageRequest(cluster=cluster.name, region=REGION, now=now, probe=True, probe_options=DEMO_PROBE)
+            _write(render_text(run_triage(request), colour=colour, verbose=verbose))
+        _write("\n" + "=" * 100 + "\n\n")
+        monitor_walkthrough(clients, demo, now, write=_write)
     sys.stdout.write(
         "\nThis was a simulated account (moto, in-process) with a fake Session Manager agent on each node.\n"
         "Run the same triage against a real cluster with:\n"

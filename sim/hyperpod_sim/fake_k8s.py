@@ -568,18 +568,72 @@ def _container_status(name: str, image: str, *, ready: bool = True, restarts: in
     return body
 
 
-def _pod(name: str, node: str, app: str, phase: str, containers: list[dict[str, Any]]) -> dict[str, Any]:
+def _pod(
+    name: str,
+    node: str,
+    app: str,
+    phase: str,
+    containers: list[dict[str, Any]],
+    *,
+    owner: tuple[str, str, str] | None = None,
+    namespace: str = "kube-system",
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod as the API server returns it. ``owner``: (apiVersion, kind, name) of its controller; a
+    DaemonSet named ``app`` when not given (aws-node, kube-proxy)."""
+    api_version, kind, owner_name = owner or ("apps/v1", "DaemonSet", app)
     return {
         "metadata": {
             "name": name,
-            "namespace": "kube-system",
+            "namespace": namespace,
             "uid": hashlib.md5(name.encode(), usedforsecurity=False).hexdigest(),
             "creationTimestamp": _CREATED,
-            "labels": {"k8s-app": app},
+            "labels": labels or {"k8s-app": app},
+            "ownerReferences": [
+                {
+                    "apiVersion": api_version,
+                    "kind": kind,
+                    "name": owner_name,
+                    "uid": hashlib.md5(f"{kind}/{owner_name}".encode(), usedforsecurity=False).hexdigest(),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
         "spec": {"nodeName": node, "containers": [{"name": c["name"], "image": c["image"]} for c in containers]},
         "status": {"phase": phase, "containerStatuses": containers},
     }
+
+
+#: The training job of the demo: a Kubeflow PyTorchJob with one worker pod on each schedulable HyperPod node
+#: (its pods' controller is the PyTorchJob itself, as the training operator creates them).
+TRAINING_NAMESPACE = "training"
+TRAINING_JOB = "llama-70b"
+
+
+def _training_pod(index: int, node: str, *, running: bool) -> dict[str, Any]:
+    name = f"{TRAINING_JOB}-worker-{index}"
+    image = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-ec2"
+    container = (
+        _container_status("pytorch", image)
+        if running
+        else _container_status("pytorch", image, ready=False, state={"waiting": {"reason": "ContainerCreating"}})
+    )
+    pod = _pod(
+        name,
+        node,
+        TRAINING_JOB,
+        "Running" if running else "Pending",
+        [container],
+        owner=("kubeflow.org/v1", "PyTorchJob", TRAINING_JOB),
+        namespace=TRAINING_NAMESPACE,
+        labels={
+            "training.kubeflow.org/job-name": TRAINING_JOB,
+            "training.kubeflow.org/replica-type": "worker",
+            "training.kubeflow.org/replica-index": str(index),
+        },
+    )
+    return pod
 
 
 def _daemonset(name: str, desired: int, unavailable: int = 0) -> dict[str, Any]:
@@ -791,6 +845,11 @@ def demo_objects(node_names_by_instance: dict[str, Any]) -> dict[str, list[dict[
     proxy_image = "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/kube-proxy:v1.32.6-minimal-eksbuild.2"
     dns_image = "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/coredns:v1.11.4-eksbuild.2"
     all_nodes = [n["metadata"]["name"] for n in nodes]
+    workers = [(iid, name) for iid, name, _, _ in entries if iid != pending_reboot]
+    training_pods = [_training_pod(i, name, running=iid != crashing) for i, (iid, name) in enumerate(workers)]
+    sandbox_pod = next(
+        (f"{TRAINING_JOB}-worker-{i}" for i, (iid, _) in enumerate(workers) if iid == crashing), "llama-70b-worker-0"
+    )
     pods = [
         *aws_node_pods,
         *(
@@ -803,8 +862,19 @@ def demo_objects(node_names_by_instance: dict[str, Any]) -> dict[str, list[dict[
             )
             for n in all_nodes
         ),
-        _pod("coredns-6d8c4b7f9d-7xk2p", other, "kube-dns", "Running", [_container_status("coredns", dns_image)]),
-        _pod("coredns-6d8c4b7f9d-qm4zr", other, "kube-dns", "Running", [_container_status("coredns", dns_image)]),
+        *(
+            _pod(
+                f"coredns-6d8c4b7f9d-{tail}",
+                other,
+                "kube-dns",
+                "Running",
+                [_container_status("coredns", dns_image)],
+                owner=("apps/v1", "ReplicaSet", "coredns-6d8c4b7f9d"),
+                labels={"k8s-app": "kube-dns", "pod-template-hash": "6d8c4b7f9d"},
+            )
+            for tail in ("7xk2p", "qm4zr")
+        ),
+        *training_pods,
     ]
     count = len(all_nodes)
     daemonsets = [_daemonset("aws-node", count, unavailable=1 if crashing else 0), _daemonset("kube-proxy", count)]
@@ -824,14 +894,14 @@ def demo_objects(node_names_by_instance: dict[str, Any]) -> dict[str, list[dict[
         events.append(
             {
                 "metadata": {
-                    "name": "pytorch-job-worker-0.18c2f3a1b4d5e6f7",
+                    "name": f"{sandbox_pod}.18c2f3a1b4d5e6f7",
                     "namespace": "training",
                     "creationTimestamp": "2026-11-30T11:31:12Z",
                 },
                 "involvedObject": {
                     "kind": "Pod",
                     "namespace": "training",
-                    "name": "pytorch-job-worker-0",
+                    "name": sandbox_pod,
                     "apiVersion": "v1",
                 },
                 "reason": "FailedCreatePodSandBox",
@@ -849,13 +919,13 @@ def demo_objects(node_names_by_instance: dict[str, Any]) -> dict[str, list[dict[
         events.append(
             {
                 "metadata": {
-                    "name": "pytorch-job-worker-0.18c2f3a1b4d5e700",
+                    "name": f"{sandbox_pod}.18c2f3a1b4d5e700",
                     "namespace": "training",
                     "creationTimestamp": "2026-11-30T11:30:58Z",
                 },
-                "involvedObject": {"kind": "Pod", "namespace": "training", "name": "pytorch-job-worker-0"},
+                "involvedObject": {"kind": "Pod", "namespace": "training", "name": sandbox_pod},
                 "reason": "Scheduled",
-                "message": f"Successfully assigned training/pytorch-job-worker-0 to {names[crashing]}",
+                "message": f"Successfully assigned training/{sandbox_pod} to {names[crashing]}",
                 "lastTimestamp": "2026-11-30T11:30:58Z",
                 "count": 1,
                 "type": "Normal",

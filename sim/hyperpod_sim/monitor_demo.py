@@ -21,7 +21,7 @@ import json
 import re
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import ModuleType
@@ -45,9 +45,8 @@ DEMO_ENV: dict[str, str | None] = {
     "PROBE_TIMEOUT_S": f"{DEMO_PROBE.timeout:g}",
     "START_SESSION_RATE": f"{DEMO_PROBE.rate:g}",
     "SLACK_TIMEOUT_S": "5",
-    # One message per transition, so the demo shows a finding's own message; the stack's default
-    # (10) would group the event's NEW findings into one digest.
-    "DIGEST_THRESHOLD": "30",
+    # Everything else (the digest threshold, the breaker threshold, the channels) is the stack's default,
+    # so the messages shown are the ones a deployment sends.
 }
 SKIPPED = (
     "MONITOR: skipped. This part runs the monitor's Lambda handlers (functions/ in the repository, with "
@@ -279,25 +278,49 @@ def _vpc_of(message: str) -> str | None:
     return found.group(0) if found else None
 
 
-def monitor_walkthrough(clients: AwsClients, demo: Demo, now: datetime) -> str:
-    """The monitor's path, event to resolution, through the Lambda handlers; the text to print."""
+class _Lines(list[str]):
+    """The walkthrough's lines, each also handed to ``write`` as it is added (the demo prints as it runs)."""
+
+    def __init__(self, write: Callable[[str], None] | None) -> None:
+        super().__init__()
+        self._write = write
+
+    def append(self, line: str) -> None:
+        super().append(line)
+        if self._write is not None:
+            self._write(line + "\n")
+
+    def extend(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.append(line)
+
+
+def monitor_walkthrough(
+    clients: AwsClients, demo: Demo, now: datetime, *, write: Callable[[str], None] | None = None
+) -> str:
+    """The monitor's path, event to resolution, through the Lambda handlers; the text to print.
+    ``write`` receives each line as soon as the step it describes has run."""
     handlers = _handlers()
     if handlers is None:
+        if write is not None:
+            write(SKIPPED)
         return SKIPPED
     with monitor_harness(clients, env=DEMO_ENV) as monitor:
-        return _walkthrough(monitor, handlers, demo, now)
+        return _walkthrough(monitor, handlers, demo, now, _Lines(write))
 
 
-def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now: datetime) -> str:
+def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now: datetime, out: _Lines) -> str:
     resources = monitor.resources
-    out: list[str] = [
-        "MONITOR: the Lambda handlers on the simulated account: EventBridge → event_handler → findings table "
-        "→ stream → stream_notifier → outbox (SQS FIFO) → courier → Slack and email → resolution",
-        f"   (DynamoDB {resources.findings_table!r} with its stream, idempotency table "
-        f"{resources.idempotency_table!r}, Slack webhook URL in secret {resources.secret_name!r} → a local HTTP "
-        f"sink, SNS topic {resources.topic_arn.rsplit(':', 1)[-1]!r} → a subscribed SQS queue)",
-        "",
-    ]
+    out.extend(
+        [
+            "MONITOR: the Lambda handlers on the simulated account: EventBridge → event_handler → findings table "
+            "→ stream → stream_notifier → outbox (SQS FIFO) → courier → Slack and email → resolution",
+            f"   (DynamoDB {resources.findings_table!r} with its stream, idempotency table "
+            f"{resources.idempotency_table!r}, Slack webhook URL in secret {resources.secret_name!r} → a local HTTP "
+            f"sink, SNS topic {resources.topic_arn.rsplit(':', 1)[-1]!r} → a subscribed SQS queue)",
+            "",
+        ]
+    )
     cluster = demo.eks
     instance_id = cluster.nodes["gpu-workers"][0]
     store = FindingStore(monitor.clients, resources.findings_table)
@@ -321,12 +344,12 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
         f"the Slack sink received {len(payloads)} payload(s); {len(emails)} email(s) arrived in the queue."
     )
     out.append(
-        f"   (one message per transition: the demo sets DIGEST_THRESHOLD={DEMO_ENV['DIGEST_THRESHOLD']}; with the "
-        "stack's default of 10, more NEW findings of one cluster than that arrive as one digest)"
+        "   (the stack's defaults: more than 10 NEW findings of one cluster in one batch arrive as one digest, "
+        "led by the node the event named; fewer arrive one message each)"
     )
     if payloads:
         top = min(range(len(payloads)), key=lambda i: _urgency(payloads[i]))
-        out.append("   The most urgent:")
+        out.append("   The most urgent:" if len(payloads) > 1 else "   As it arrived:")
         out.append("")
         _show_slack(out, payloads[top])
         email = _email_for(payloads[top], emails, top)

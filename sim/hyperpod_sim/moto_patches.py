@@ -31,6 +31,8 @@ patches moto in place (idempotent; process-wide):
     Before each ``ReceiveMessage``, visible messages leave the queue's in-flight set, as on AWS.
 12. EventBridge delivers the whole event to a target: moto's default input template leaves out
     ``account``, which every real event carries (and the event handler's parser requires).
+13. ``ListClusterNodes`` with ``IncludeNodeLogicalIds=True`` gives each node of a Continuous-mode cluster
+    its ``NodeLogicalId`` (moto ignores the parameter); without it no summary carries one, as on AWS.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +57,9 @@ from moto.sqs import models as sqs_models
 EC2_QUOTAS: dict[tuple[str, str], float] = {("ec2", "L-DF5E4CA3"): 5000.0}
 
 _APPLIED = False
+#: IncludeNodeLogicalIds of the ListClusterNodes request being answered (moto serves one request at a time
+#: per thread; the summaries read it)
+_REQUEST = threading.local()
 
 
 def _resolve(backend: Any, name_or_arn: str) -> Any:
@@ -100,6 +106,8 @@ def _node_summary(self: Any) -> dict[str, Any]:
     }
     if getattr(self, "hp_hostname", None):
         out["PrivateDnsHostname"] = self.hp_hostname
+    if getattr(_REQUEST, "logical_ids", False) and getattr(self, "hp_logical_id", None):
+        out["NodeLogicalId"] = self.hp_logical_id
     return out
 
 
@@ -128,6 +136,15 @@ def _backend_describe_cluster_node(self: Any, cluster_name: str, node_id: str) -
 
 
 _original_list_nodes = sm_models.SageMakerModelBackend.list_cluster_nodes
+_original_list_nodes_response = SageMakerResponse.list_cluster_nodes
+
+
+def _list_cluster_nodes_response(self: SageMakerResponse) -> Any:
+    _REQUEST.logical_ids = str(self._get_param("IncludeNodeLogicalIds")).lower() == "true"
+    try:
+        return _original_list_nodes_response(self)
+    finally:
+        _REQUEST.logical_ids = False
 
 
 def _backend_list_cluster_nodes(self: Any, cluster_name: str, **kwargs: Any) -> Any:
@@ -279,6 +296,7 @@ def apply() -> None:
     sm_models.SageMakerModelBackend.describe_cluster_node = _backend_describe_cluster_node
     sm_models.SageMakerModelBackend.list_cluster_nodes = _backend_list_cluster_nodes
     SageMakerResponse.list_cluster_events = _list_cluster_events
+    SageMakerResponse.list_cluster_nodes = _list_cluster_nodes_response
     SageMakerResponse.describe_cluster_event = _describe_cluster_event
     sq_models.ServiceQuotasBackend.get_service_quota = _get_service_quota
     eks_models.EKSBackend.describe_cluster = _eks_describe_cluster

@@ -150,6 +150,8 @@ def create_cluster(
             octets = hex_id(iid, 4)
             node.hp_ip = f"10.{int(octets[0:2], 16) % 250}.{int(octets[2:4], 16) % 250}.{index % 250 + 4}"
             node.hp_hostname = "ip-" + node.hp_ip.replace(".", "-")
+            if provisioning_mode == "Continuous":
+                node.hp_logical_id = hex_id("logical/" + iid, 32)
             moto_cluster.nodes[iid] = node
             ids.append(iid)
         seeded.nodes[spec.name] = ids

@@ -2,7 +2,7 @@
 
 The fake Session Manager responder returns :func:`controller_reply` for the controller node. The
 text follows what Slurm 23.11 prints for each section (``scontrol ping``, ``scontrol show config``,
-``sinfo -N -o``, ``scontrol show node --oneliner``, ``squeue -o``, ``systemctl is-active``),
+``sinfo -N -o``, ``scontrol show node --oneliner``, ``squeue -o`` twice, ``systemctl is-active``),
 with faults switched on by name:
 
 * ``node_down_unexpected_reboot``: the first node ``down*``, reason ``Node unexpectedly rebooted``;
@@ -103,6 +103,7 @@ def controller_reply(
         sections["sinfo"] = f"{prefix.replace('error:', 'sinfo: error:')}slurm_load_partitions: {error}"
         sections["nodes"] = f"slurm_load_node error: {error}"
         sections["squeue"] = f"slurm_load_jobs error: {error}"
+        sections["jobs"] = f"slurm_load_jobs error: {error}"
         return _render(sections)
 
     sections["ping"] = f"Slurmctld(primary) at {controller_host} is UP"
@@ -118,6 +119,7 @@ def controller_reply(
     sinfo: list[str] = []
     nodes: list[str] = []
     squeue: list[str] = []
+    allocated: list[str] = []
     for index, name in enumerate(node_names):
         short, long_state, reason, scontrol_reason, node_boot = "idle", "IDLE", None, None, boot
         if assigned.get("node_down_unexpected_reboot") == name:
@@ -143,6 +145,7 @@ def controller_reply(
             short, long_state = "completing", "IDLE+COMPLETING"
         elif index % 3 == 1:
             short, long_state = "allocated", "ALLOCATED"
+            allocated.append(name)
         if reason is None:
             sinfo.append(f"{name}|{short}|none|Unknown")
         else:
@@ -157,7 +160,20 @@ def controller_reply(
     sections["sinfo"] = "\n".join(sinfo)
     sections["nodes"] = "\n".join(nodes)
     sections["squeue"] = "\n".join(squeue)
+    sections["jobs"] = "\n".join(_jobs(allocated, assigned.get("completing_jobs")))
     return _render(sections)
+
+
+def _jobs(allocated: list[str], completing: str | None) -> list[str]:
+    """The ``jobs`` section (``%i|%T|%u|%D|%N|%j``): one training job across every allocated node, and the
+    job stuck completing. Node lists are comma-separated names, as squeue prints names that share no
+    bracketed range (``ip-10-1-2-[3-4]`` is what it prints for names that do; the parser reads both)."""
+    out = []
+    if allocated:
+        out.append(f"4123|RUNNING|alice|{len(allocated)}|{','.join(allocated)}|llama-pretrain")
+    if completing:
+        out.append(f"4127|COMPLETING|bob|1|{completing}|eval-sweep")
+    return out
 
 
 def _render(sections: dict[str, str]) -> str:

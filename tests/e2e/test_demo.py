@@ -154,9 +154,29 @@ def test_the_demo_walks_the_monitor_path_through_the_lambda_handlers(demo_output
     assert sent, monitor[:3000]
     records, payloads, emails = map(int, sent.groups())
     assert records >= payloads > 0 and emails == payloads
-    # the most urgent message as the sink received it, and its email as read back from the queue
-    assert re.search(r"Slack \(Block Kit, as the sink received it and Slack displays it\):\n  │ 🔴 New P0: ", monitor)
-    assert re.search(r"Email \(SNS, read back from the subscribed queue\) — Subject: \[HyperPod P0\] New: ", monitor)
+    # with the stack's defaults (digest above 10 NEW findings) the event's findings arrive as one digest that
+    # names the event, not a sweep, and lists the event's node first; its email as read back from the queue
+    node = handled.group(0).rsplit(" ", 1)[-1]
+    digest = re.search(
+        r"Slack \(Block Kit, as the sink received it and Slack displays it\):\n"
+        r"  │ 🔴 ml-eks-prod: \d+ findings opened after the Node Health Event for (i-[0-9a-f]+)\n",
+        monitor,
+    )
+    assert digest and digest.group(1) == node, monitor[:4000]
+    listed = [
+        line for line in monitor[digest.end() :].splitlines() if line.startswith("  │ `i-") or "cluster-level ·" in line
+    ]
+    assert listed[0].startswith(f"  │ `{node}`")  # the event's node leads
+    assert "in one sweep" not in monitor.split("\n3. ", 1)[0]
+    assert re.search(
+        r"Email \(SNS, read back from the subscribed queue\) — Subject: \[HyperPod\] ml-eks-prod: \d+ findings "
+        r"opened after the Node Health Event",
+        monitor,
+    )
+    # every section listed carries its one-line "what to do"
+    assert re.search(
+        r"^  │ • `references/node-diagnostics-detail\.md § B\.2`: 1 — Turn on enableDnsSupport", monitor, re.M
+    )
     assert "references/node-diagnostics-detail.md § " in monitor
     # 3. the same event again: answered from the idempotency table, nothing new anywhere
     assert re.search(
@@ -240,6 +260,8 @@ def demo_short() -> str:
 def test_the_default_report_is_read_in_a_minute(demo_short):
     # the EKS cluster of 5 nodes with about five root causes: verdicts, cluster problems, one summary line
     eks = demo_short.split("=" * 100, 1)[0]
+    assert demo_short.startswith("Starting a simulated AWS account")  # something shows at once
+    eks = eks[eks.index("HyperPod triage: ") :]
     lines = eks.strip().splitlines()
     assert len(lines) <= 120, len(lines)
     assert lines[3].startswith("== Node verdicts")

@@ -354,3 +354,60 @@ def test_demo_objects_describe_the_demo_faults(now):
     assert "aws-hyperpod" in obs.namespaces.get()
     (event,) = obs.sandbox_events.get()
     assert "127.0.0.1:50051" in event.message and "connection refused" in event.message
+
+
+# --------------------------------------------------------------------------- what runs on a node
+
+
+def _training_pod(name: str, node: str) -> dict:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "training",
+            "ownerReferences": [
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "llama-ft", "controller": True}
+            ],
+        },
+        "spec": {"nodeName": node},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_pods_on_a_node_are_listed_across_namespaces_by_field_selector(now):
+    from hyperpod_debugger.aws.k8s import pods_on_nodes
+    from hyperpod_debugger.domain.occupancy import from_pods
+
+    node = "hyperpod-i-0c52e8a6d19f07b43"
+    objects = recorded_objects()
+    objects["pods"] = [
+        *objects["pods"],
+        _training_pod("llama-ft-worker-3", node),
+        _training_pod("llama-ft-worker-4", node),
+    ]
+    with FakeKubernetes(cluster_name=CLUSTER, objects=objects) as server:
+        listed = pods_on_nodes(eks_for(server), token_for(), [node, "hyperpod-i-0e96c7d25b3a1f804"])
+        sent = [r for r in server.requests if r.path == "/api/v1/pods"]
+    mine = listed[node].get()
+    assert {p.name for p in mine} == {"aws-node-c4rtw", "kube-proxy-8nc4x", "llama-ft-worker-3", "llama-ft-worker-4"}
+    assert from_pods("i-0c52e8a6d19f07b43", node, mine).summary() == "2 pods of training/llama-ft (PyTorchJob)"
+    # the other node runs only DaemonSet pods: nothing a node action would stop
+    other = from_pods(
+        "i-0e96c7d25b3a1f804", "hyperpod-i-0e96c7d25b3a1f804", listed["hyperpod-i-0e96c7d25b3a1f804"].get()
+    )
+    assert not other.occupied
+    assert [r.method for r in sent] == ["GET", "GET"]  # one read per node, nothing else
+    assert [r.query["fieldSelector"] for r in sent] == [
+        [f"spec.nodeName={node}"],
+        ["spec.nodeName=hyperpod-i-0e96c7d25b3a1f804"],
+    ]
+
+
+def test_pods_on_nodes_denied_or_unreachable_is_a_failure_per_node(fake, now):
+    from hyperpod_debugger.aws.k8s import pods_on_nodes
+
+    fake.forbid.add("pods")
+    denied = pods_on_nodes(eks_for(fake), token_for(), ["hyperpod-i-0c52e8a6d19f07b43"])
+    failure = denied["hyperpod-i-0c52e8a6d19f07b43"].failure
+    assert failure is not None and failure.kind == "denied" and "cannot list pods" in failure.message
+    missing = pods_on_nodes(eks_for(fake, endpoint=None), token_for(), ["a", "b"])
+    assert all(o.failure is not None and o.failure.kind == "malformed" for o in missing.values())

@@ -279,3 +279,21 @@ def test_pagination_reads_every_open_finding(store, clients, now):
     # THEN every one is read, over more than one page
     assert len(store.open_findings(ARN)) == 300
     assert clients.calls["dynamodb:Query"] - before > 1
+
+
+def test_each_transition_records_what_made_the_monitor_look(store, now):
+    from hyperpod_debugger.lifecycle.findings import SWEEP, Trigger
+
+    event = Trigger("event", f"Node Health Event for {NODE_A}", NODE_A)
+    # GIVEN a finding an event's triage opened
+    plan = plan_sweep(store.open_findings(ARN), report([finding()]), now, trigger=event)
+    (new,) = store.apply(plan, now)
+    item = store.get(ARN, new.fingerprint)
+    assert (item.trigger_kind, item.trigger, item.trigger_node) == ("event", f"Node Health Event for {NODE_A}", NODE_A)
+    # WHEN the sweep later finds it gone
+    later = now + timedelta(minutes=15)
+    (resolved,) = store.apply(plan_sweep(store.open_findings(ARN), report([]), later, trigger=SWEEP), later)
+    # THEN the resolution names the sweep, and the stored item says so too
+    assert resolved.kind is TransitionKind.RESOLVED
+    item = store.get(ARN, new.fingerprint)
+    assert (item.trigger_kind, item.trigger, item.trigger_node) == ("sweep", "the scheduled sweep", None)

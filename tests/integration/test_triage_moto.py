@@ -247,7 +247,12 @@ def test_json_carries_the_runbook_link_ladder_and_filled_in_commands(demo, clien
     [hma] = [f for f in problems if f["check"] == "logs.hma" and f["priority"] == "P0"]
     assert hma["node_action"] == "replace" and hma["next_step"]
     replace = hma["suggested_commands"][-1]
-    assert replace["step"] == "replace" and replace["mutates"] and hma["instance_id"] in replace["command"]
+    assert replace["step"] == "replace" and replace["mutates"] and hma["instance_id"] in replace["purpose"]
+    # the cluster is in Continuous provisioning mode: the call names the node by the NodeLogicalId
+    # ListClusterNodes gives it when asked (IncludeNodeLogicalIds)
+    listed = clients.client("sagemaker").list_cluster_nodes(ClusterName=demo.eks.name, IncludeNodeLogicalIds=True)
+    logical = {n["InstanceId"]: n["NodeLogicalId"] for n in listed["ClusterNodeSummaries"]}
+    assert f"--node-logical-ids {logical[hma['instance_id']]}" in replace["command"]
     assert "root and secondary volumes" in replace["blast_radius"] and replace["iac_warning"]
     for f in problems:
         for c in f["suggested_commands"]:

@@ -60,8 +60,10 @@ def _slurm_obs(**kw):
 def test_reboot_comes_after_investigation_and_drains_first_with_the_slurm_node_name():
     obs = _slurm_obs()
     [f] = refine([_node_finding(obs, "reboot")], obs, b.context())
-    assert _steps(f) == ["investigate", "drain", "reboot"]
-    drain, reboot = f.suggested_commands[1:]
+    # the finding's own read-only command, then a look at what runs on the node, the drain, the reboot
+    assert _steps(f) == ["investigate", "investigate", "drain", "reboot"]
+    look, drain, reboot = f.suggested_commands[1:]
+    assert shlex.split(look.command) == ["squeue", "-w", "ip-10-1-2-3"] and not look.mutates
     assert "nodename=ip-10-1-2-3" in shlex.split(drain.command)
     assert shlex.split(reboot.command)[-2:] == ["--node-ids", IID]
     assert reboot.iac_warning and reboot.preconditions and reboot.blast_radius

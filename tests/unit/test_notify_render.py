@@ -316,7 +316,11 @@ def test_resolved_email_is_short():
 # ----------------------------------------------------------------------------- digest
 
 
-def many_notices(n: int) -> list[Notice]:
+SWEEP_TRIGGER = {"trigger_kind": "sweep", "trigger": "the scheduled sweep"}
+
+
+def many_notices(n: int, **trigger) -> list[Notice]:
+    trigger = trigger or SWEEP_TRIGGER
     out = []
     sections = ["A", "B.2", "G.1", "I.2"]
     for i in range(n):
@@ -330,12 +334,12 @@ def many_notices(n: int) -> list[Notice]:
             message=f"problem {i}",
             suggested_commands=[READ, REBOOT],
         )
-        out.append(notice(f=f))
+        out.append(notice(f=f, **trigger))
     return out
 
 
 def test_digest_counts_by_priority_and_section_and_lists_the_top_ten():
-    notices = many_notices(37) + [notice("RESOLVED")]
+    notices = many_notices(37) + [notice("RESOLVED", **SWEEP_TRIGGER)]
     msg = digest(notices, cluster_name="demo", runbook_base_url=BASE)
     assert block_kit_problems(msg) == []
     text = all_text(msg)
@@ -392,3 +396,55 @@ def test_breaker_is_one_cluster_level_alert_naming_a_shared_cause():
 
 def test_escape():
     assert escape("a<b>&c") == "a&lt;b&gt;&amp;c"
+
+
+# ----------------------------------------------------------------------------- what made the monitor look
+
+
+def test_a_digest_opened_by_an_event_says_so_and_leads_with_the_node_it_named():
+    # GIVEN 12 findings one Node Health Event's triage opened, the event's own node last by urgency
+    event = {"trigger_kind": "event", "trigger": "Node Health Event for i-0000000000000000b", "trigger_node": None}
+    event["trigger_node"] = "i-0000000000000000b"
+    notices = many_notices(12, **event)
+    msg = digest(notices, cluster_name="demo", runbook_base_url=BASE)
+    assert block_kit_problems(msg) == []
+    # THEN the title names the event, not a sweep, and the event's node comes first
+    assert (
+        msg["blocks"][0]["text"]["text"]
+        == "🔴 demo: 12 findings opened after the Node Health Event for i-0000000000000000b"
+    )
+    listed = [t for t in mrkdwn_texts(msg)[1:] if t.startswith(("🔴", "🟠", "🟡"))]
+    assert "i-0000000000000000b" in listed[0]
+    subject, body = digest_email(notices, cluster_name="demo", runbook_base_url=BASE)
+    assert "after the Node Health Event" in subject and "in one sweep" not in subject
+    assert body.split("Top 10:")[1].splitlines()[1].find("i-0000000000000000b") > 0
+
+
+def test_a_digest_of_unknown_or_mixed_origin_claims_no_sweep():
+    mixed = many_notices(6) + many_notices(6, trigger_kind="event", trigger="Cluster Event (Error)")
+    assert digest(mixed, cluster_name="demo", runbook_base_url=BASE)["blocks"][0]["text"]["text"].endswith(
+        "demo: 12 findings opened"
+    )
+
+
+def test_a_single_alert_names_its_trigger_and_its_sections_one_line_what_to_do():
+    from hyperpod_debugger.domain.sections import WHAT_TO_DO
+
+    n = notice(trigger_kind="event", trigger="Cluster Event (Error) for " + NODE, trigger_node=NODE)
+    msg = slack_message(n, runbook_base_url=BASE)
+    assert block_kit_problems(msg) == []
+    texts = mrkdwn_texts(msg)
+    assert "*Found by*\nCluster Event (Error) for " + NODE in texts
+    assert any(f"*What to do:* {escape(WHAT_TO_DO['G.1'])}" in t for t in texts)
+    _, body = email_text(n, runbook_base_url=BASE)
+    assert f"Found by: Cluster Event (Error) for {NODE}" in body and f"What to do: {WHAT_TO_DO['G.1']}" in body
+    resolved = slack_message(notice("RESOLVED", **SWEEP_TRIGGER), runbook_base_url=BASE)
+    assert "Found fixed by the scheduled sweep." in all_text(resolved)
+
+
+def test_every_runbook_section_has_a_one_line_what_to_do():
+    from hyperpod_debugger.domain.sections import SECTIONS, WHAT_TO_DO, what_to_do
+
+    assert set(WHAT_TO_DO) == set(SECTIONS)
+    assert all("\n" not in line and len(line) <= 120 for line in WHAT_TO_DO.values())
+    assert what_to_do("G.1.a") == WHAT_TO_DO["G.1.a"] and what_to_do(None) is None

@@ -14,7 +14,7 @@ from hyperpod_debugger.domain import eventbridge
 from hyperpod_debugger.domain.model import TriageReport
 from hyperpod_debugger.domain.observations import NodeHealthReport
 from hyperpod_debugger.domain.validate import INSTANCE_ID_RE
-from hyperpod_debugger.lifecycle.findings import StoredFinding, SweepPlan, Transition, plan_sweep
+from hyperpod_debugger.lifecycle.findings import StoredFinding, SweepPlan, Transition, Trigger, plan_sweep
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.triage import TriageRequest
 
@@ -36,10 +36,18 @@ class ClusterSignal:
     health: NodeHealthReport | None = None
     #: what the event said that could not be used as given (logged with the triage)
     notes: tuple[str, ...] = ()
+    #: what sent it, as alerts say it: "Node Health Event", "Cluster Event (Error)", "health-agent log record"
+    source: str = "HyperPod event"
 
     @property
     def cluster(self) -> str:
         return self.cluster_ref or self.cluster_arn
+
+    @property
+    def trigger(self) -> Trigger:
+        kind = "log" if self.source.startswith("health-agent") else "event"
+        words = f"{self.source} for {self.node}" if self.node else self.source
+        return Trigger(kind, words, self.node)  # type: ignore[arg-type]  # "log" or "event"
 
 
 class UnusableEvent(ValueError):
@@ -82,11 +90,14 @@ def signal_of(event: ClusterEvent | ClusterStateChange | NodeHealthEvent) -> Clu
         reason = f"node health {h.HealthStatus or '(no status)'}: {h.HealthStatusReason or '-'}"
         if h.RepairAction:
             reason += f" (HyperPod repair action {h.RepairAction})"
-        return _signal(event.id, where, node, reason, notes, health)
+        return _signal(event.id, where, node, reason, notes, health, source="Node Health Event")
     if isinstance(event, ClusterStateChange):
         change = event.detail
         where = _where(change.ClusterArn, change.ClusterName)
-        return _signal(event.id, where, None, f"cluster status {change.ClusterStatus or '(not given)'}", notes)
+        status = change.ClusterStatus or "(not given)"
+        return _signal(
+            event.id, where, None, f"cluster status {status}", notes, source=f"Cluster State Change ({status})"
+        )
     e = event.detail.EventDetails
     if not eventbridge.triggers_triage(e.EventLevel, e.Description):
         return None
@@ -95,7 +106,8 @@ def signal_of(event: ClusterEvent | ClusterStateChange | NodeHealthEvent) -> Clu
     if not e.EventLevel:
         notes.append(f"no EventLevel: read as {level} from its description")
     node = _node(e.InstanceId, notes)
-    return _signal(event.id, where, node, f"{level}: {e.Description or '(no description)'}", notes)
+    reason = f"{level}: {e.Description or '(no description)'}"
+    return _signal(event.id, where, node, reason, notes, source=f"Cluster Event ({level})")
 
 
 def _where(arn: str, name: str) -> eventbridge.EventCluster:
@@ -112,6 +124,8 @@ def _signal(
     reason: str,
     notes: list[str],
     health: NodeHealthReport | None = None,
+    *,
+    source: str,
 ) -> ClusterSignal:
     if where.cluster_id is None:
         notes.append(f"the cluster ARN carries no cluster id: the cluster is looked up by its name {where.name!r}")
@@ -125,6 +139,7 @@ def _signal(
         cluster_ref=where.reference,
         health=health,
         notes=tuple(notes),
+        source=source,
     )
 
 
@@ -184,7 +199,7 @@ def handle_cluster_event(
     """
     report = triage(triage_request(signal, now, probe=probe, probe_timeout=probe_timeout, documents=documents))
     cluster = report.cluster.arn or signal.cluster_arn
-    plan = plan_sweep(store.open_findings(cluster), report, now)
+    plan = plan_sweep(store.open_findings(cluster), report, now, trigger=signal.trigger)
     return store.apply(plan, now)
 
 

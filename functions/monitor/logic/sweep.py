@@ -11,7 +11,14 @@ from typing import Any, Protocol
 
 from hyperpod_debugger.domain.model import TriageReport
 from hyperpod_debugger.domain.observations import ClusterObservation
-from hyperpod_debugger.lifecycle.findings import StoredFinding, SweepPlan, Transition, is_on_node, plan_sweep
+from hyperpod_debugger.lifecycle.findings import (
+    SWEEP,
+    StoredFinding,
+    SweepPlan,
+    Transition,
+    is_on_node,
+    plan_sweep,
+)
 from hyperpod_debugger.lifecycle.rotation import RotationPlan, describe_node, node_of, plan_rotation
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.remediation import ladder
@@ -146,7 +153,8 @@ def sweep_cluster(
         return SweepResult("error", request.cluster, error=message)
     arn = report.cluster.arn or request.cluster
     present = frozenset(n.instance_id for n in obs.nodes.value or ()) if obs.nodes.available else None
-    transitions = store.apply(plan_sweep(store.open_findings(arn), report, now, nodes_present=present), now)
+    plan = plan_sweep(store.open_findings(arn), report, now, nodes_present=present, trigger=SWEEP)
+    transitions = store.apply(plan, now)
     result = SweepResult("processed", report.cluster.name, arn, transitions, summary=report.summary.model_dump())
     if settings is not None:
         result.plan, result.batches = plan_probe_batches(
@@ -204,7 +212,8 @@ def probe_batch(
     report = probe(request)
     if report.error is not None:
         return BatchResult("error", request.cluster, error=report.error.message)
-    transitions = store.apply(plan_sweep(store.open_findings(request.cluster), report, request.now), request.now)
+    plan = plan_sweep(store.open_findings(request.cluster), report, request.now, trigger=SWEEP)
+    transitions = store.apply(plan, request.now)
     probed = list(report.coverage.probed_nodes or [])
     store.record_probed(request.cluster, probed, request.now)
     return BatchResult("processed", request.cluster, len(request.nodes), probed, transitions)

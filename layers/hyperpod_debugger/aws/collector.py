@@ -27,7 +27,7 @@ from hyperpod_debugger.domain.observations import (
     NetworkObservation,
     Observed,
 )
-from hyperpod_debugger.domain.orchestrators import KubernetesObservation
+from hyperpod_debugger.domain.orchestrators import K8sPod, KubernetesObservation
 
 T = TypeVar("T")
 
@@ -180,6 +180,19 @@ class Collector:
             return observed
 
         return self.observe(read)
+
+    def pods_on_nodes(self, eks_cluster: Observed[EksCluster], names: list[str]) -> dict[str, Observed[list[K8sPod]]]:
+        """The pods on each named Kubernetes node (the blast radius of a node action), read like the rest."""
+        if not eks_cluster.available or eks_cluster.value is None:
+            why = eks_cluster.failure or ApiFailure(k8s.ACCESS_ACTION, "error", "the EKS cluster was not described")
+            return {name: Observed.failed(why) for name in names}
+        cluster = eks_cluster.value
+        region = eks.parse_eks_arn(cluster.arn)[0]
+        try:
+            token = k8s.eks_token(self.clients.client("sts", region), cluster.name, region)
+        except ApiCallError as exc:
+            return {name: Observed.failed(exc.failure) for name in names}
+        return k8s.pods_on_nodes(cluster, token, names)
 
     # ------------------------------------------------------------------ all
 

@@ -402,6 +402,8 @@ def parse_pod(obj: dict[str, Any]) -> K8sPod:
     pending_init = [c for c in _dicts(status.get("initContainerStatuses")) if not _completed(c)]
     containers = [*pending_init, *_dicts(status.get("containerStatuses"))]
     node = spec.get("nodeName")
+    owners = _dicts(metadata.get("ownerReferences"))
+    owner = next((o for o in owners if o.get("controller") is True), owners[0] if owners else {})
     return K8sPod(
         namespace=str(metadata.get("namespace", "")),
         name=metadata["name"],
@@ -409,6 +411,8 @@ def parse_pod(obj: dict[str, Any]) -> K8sPod:
         node_name=node if isinstance(node, str) else None,
         phase=str(status.get("phase", "Unknown")),
         containers=tuple(_container(c) for c in containers),
+        owner_kind=str(owner["kind"]) if owner.get("kind") else None,
+        owner_name=str(owner["name"]) if owner.get("name") else None,
     )
 
 
@@ -471,6 +475,23 @@ def _observe(
         return Observed.failed(exc.failure)
 
 
+def open_reader(eks: EksCluster, token: str) -> KubeReader:
+    """A reader for the EKS cluster's API server, verified against its CA; ApiCallError when
+    DescribeCluster gave no endpoint or CA, or the endpoint is not https."""
+    if not eks.endpoint or not eks.certificate_authority:
+        raise ApiCallError(
+            ApiFailure(
+                ACCESS_ACTION, "malformed", "eks:DescribeCluster returned no API endpoint or certificate authority"
+            )
+        )
+    return KubeReader(
+        eks.endpoint,
+        eks.certificate_authority,
+        token,
+        private_endpoint_only=eks.endpoint_public is False and eks.endpoint_private is True,
+    )
+
+
 def collect_kubernetes(
     eks: EksCluster,
     token: str,
@@ -487,18 +508,8 @@ def collect_kubernetes(
     """
     endpoint = eks.endpoint or ""
     if reader is None:
-        if not eks.endpoint or not eks.certificate_authority:
-            failure = ApiFailure(
-                ACCESS_ACTION, "malformed", "eks:DescribeCluster returned no API endpoint or certificate authority"
-            )
-            return _all_failed(endpoint, failure)
         try:
-            reader = KubeReader(
-                eks.endpoint,
-                eks.certificate_authority,
-                token,
-                private_endpoint_only=eks.endpoint_public is False and eks.endpoint_private is True,
-            )
+            reader = open_reader(eks, token)
         except ApiCallError as exc:
             return _all_failed(endpoint, exc.failure)
 
@@ -559,3 +570,36 @@ def _all_failed(endpoint: str, failure: ApiFailure) -> KubernetesObservation:
         namespaces=Observed.failed(failure),
         sandbox_events=Observed.failed(failure),
     )
+
+
+#: Nodes whose pods one triage lists before a node action (one GET each); more are reported as not read.
+OCCUPANCY_MAX_NODES = 50
+
+
+def pods_on_nodes(
+    eks: EksCluster, token: str, node_names: list[str], *, reader: KubeReader | None = None
+) -> dict[str, Observed[list[K8sPod]]]:
+    """The pods on each named node, all namespaces (``fieldSelector=spec.nodeName=<name>``): what a drain,
+    reboot or replacement of that node would evict. Read-only like every read here."""
+    if reader is None:
+        try:
+            reader = open_reader(eks, token)
+        except ApiCallError as exc:
+            return {name: Observed.failed(exc.failure) for name in node_names}
+    out: dict[str, Observed[list[K8sPod]]] = {}
+    unreachable: ApiFailure | None = None
+    try:
+        for name in node_names:
+            if unreachable is not None:
+                out[name] = Observed.failed(unreachable)
+                continue
+            params = {"fieldSelector": f"spec.nodeName={name}"}
+            out[name] = _observe(
+                reader, "/api/v1/pods", f"list pods on node {name} (all namespaces)", parse_pod, params
+            )
+            failed = out[name].failure
+            if failed is not None and failed.kind in ("endpoint", "timeout"):
+                unreachable = failed
+    finally:
+        reader.close()
+    return out

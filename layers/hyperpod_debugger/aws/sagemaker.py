@@ -139,12 +139,18 @@ def _node(raw: dict[str, Any]) -> ClusterNode:
         message=str(status.get("Message") or ""),
         launch_time=_ts(raw.get("LaunchTime")),
         hostname=raw.get("PrivateDnsHostname") or None,
+        logical_id=str(raw["NodeLogicalId"]) if raw.get("NodeLogicalId") else None,
     )
 
 
 def list_cluster_nodes(clients: AwsClients, cluster: Cluster) -> list[ClusterNode]:
-    """Every node of the cluster: one call per 100 nodes, nothing per node."""
+    """Every node of the cluster with an instance: one call per 100 nodes, nothing per node.
+
+    In Continuous provisioning mode each node's NodeLogicalId is asked for too (the reboot and replace
+    calls take it); nodes listed without an InstanceId (still being provisioned) are left out, as the
+    default listing leaves them out: there is nothing on them to probe, drain, reboot or replace yet."""
     client = clients.client(SERVICE)
+    extra: dict[str, Any] = {"IncludeNodeLogicalIds": True} if cluster.provisioning_mode == "Continuous" else {}
     nodes: list[ClusterNode] = []
     for page in pages(
         client,
@@ -153,8 +159,9 @@ def list_cluster_nodes(clients: AwsClients, cluster: Cluster) -> list[ClusterNod
         "ClusterNodeSummaries",
         ClusterName=cluster.arn,
         MaxResults=100,
+        **extra,
     ):
-        nodes.extend(_node(item) for item in page if isinstance(item, dict))
+        nodes.extend(_node(item) for item in page if isinstance(item, dict) and item.get("InstanceId"))
     return nodes
 
 

@@ -154,7 +154,14 @@ def to_item(finding: StoredFinding) -> dict[str, Any]:
         item["acknowledged_by"] = finding.acknowledged_by
     if finding.cluster_name:
         item["cluster_name"] = finding.cluster_name
+    item |= _trigger_attributes(finding)
     return item
+
+
+def _trigger_attributes(finding: StoredFinding) -> dict[str, Any]:
+    if not finding.trigger:
+        return {}
+    return {"trigger_kind": finding.trigger_kind, "trigger": finding.trigger, "trigger_node": finding.trigger_node}
 
 
 def from_item(item: dict[str, Any]) -> StoredFinding:
@@ -177,6 +184,9 @@ def from_item(item: dict[str, Any]) -> StoredFinding:
         version=int(item.get("version", 0)),
         acknowledged_by=item.get("acknowledged_by"),
         cluster_name=str(item["cluster_name"]) if item.get("cluster_name") else None,
+        trigger_kind=str(item["trigger_kind"]) if item.get("trigger_kind") else None,
+        trigger=str(item["trigger"]) if item.get("trigger") else None,
+        trigger_node=str(item["trigger_node"]) if item.get("trigger_node") else None,
     )
 
 
@@ -432,7 +442,7 @@ class FindingStore:
         all_values = dict(values)
         sets = dict(sets)
         if not heartbeat:
-            sets |= {"last_transition": str(kind), "last_transition_at": at}
+            sets |= {"last_transition": str(kind), "last_transition_at": at} | _trigger_attributes(item)
         for i, (key, value) in enumerate(sets.items()):
             names[f"#a{i}"] = key
             all_values[f":a{i}"] = value

@@ -105,6 +105,14 @@ class Finding(BaseModel):
     )
     next_step: str | None = Field(default=None, description="One line: what the operator should do next.")
     runbook: str | None = Field(default=None, description="Link to the runbook section (anchor), from the section.")
+    caused_by: str | None = Field(
+        default=None,
+        description="The finding of this report that explains this one (one root cause across checks): its "
+        "message and section. The report prints this finding under it.",
+    )
+    explains: list[str] = Field(
+        default_factory=list, description="Findings of this report that this one explains (message and section)."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -246,6 +254,14 @@ class NodeVerdict(BaseModel):
     )
     then_command: str | None = Field(default=None, description="The rung's own command, after the drain.")
     hyperpod: str | None = Field(default=None, description="What HyperPod itself is doing or recommends.")
+    occupancy: str | None = Field(
+        default=None,
+        description="On the reboot or replace rung: what runs on the node (Slurm jobs, pods outside DaemonSets) "
+        "as read before the suggestion, or why it could not be read.",
+    )
+    likely_cause: str | None = Field(
+        default=None, description="The root cause of the deciding finding, when another finding explains it."
+    )
 
 
 class TriageReport(BaseModel):

@@ -168,6 +168,9 @@ class ClusterNode:
     launch_time: datetime | None
     #: PrivateDnsHostname (``ip-10-1-2-3.<region>.compute.internal``); its first label is the Slurm node name
     hostname: str | None = None
+    #: NodeLogicalId: listed for clusters in Continuous provisioning mode, where the batch reboot and replace
+    #: calls take it (``--node-logical-ids``)
+    logical_id: str | None = None
 
     @property
     def slurm_name(self) -> str | None:

@@ -73,6 +73,9 @@ class K8sPod:
     node_name: str | None
     phase: str
     containers: tuple[K8sContainerStatus, ...]
+    #: the controlling owner (metadata.ownerReferences, controller=true): kind and name, e.g. DaemonSet aws-node
+    owner_kind: str | None = None
+    owner_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

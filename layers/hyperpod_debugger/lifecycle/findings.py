@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from hyperpod_debugger.domain.model import CheckStatus, Finding, Priority, Tag, TriageReport, trim_evidence
 
@@ -152,11 +152,30 @@ class StoredFinding:
     acknowledged_by: str | None = None
     #: The cluster's name when the finding was stored (alerts name clusters the way people do).
     cluster_name: str | None = None
+    #: What made the run that wrote the last transition look: ``event`` / ``sweep`` / ``log`` / ``cli``, in
+    #: words ("Node Health Event for i-…", "the scheduled sweep"), and the node it named
+    trigger_kind: str | None = None
+    trigger: str | None = None
+    trigger_node: str | None = None
 
     @property
     def node(self) -> str:
         """The history key: the instance id, or the cluster for a cluster-wide finding."""
         return self.instance_id or self.cluster_arn
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """What made the monitor look, said in its alerts: an event (and the node it names), the scheduled
+    sweep, a health-agent log record, or a person running the CLI."""
+
+    kind: Literal["event", "sweep", "log", "cli"]
+    what: str
+    node: str | None = None
+
+
+#: The scheduled sweep's trigger.
+SWEEP = Trigger("sweep", "the scheduled sweep")
 
 
 @dataclass(frozen=True)
@@ -299,13 +318,33 @@ def plan_sweep(
     *,
     heartbeat: timedelta = HEARTBEAT,
     nodes_present: frozenset[str] | set[str] | None = None,
+    trigger: Trigger | None = None,
 ) -> SweepPlan:
-    """Decide every transition one report causes.
+    """Decide every transition one report causes; each written image names ``trigger``, what made the run look.
 
     ``previous_open`` maps fingerprint → stored finding for the report's cluster. It normally holds
     the OPEN and ACKNOWLEDGED items; RESOLVED items it happens to hold are candidates for REOPENED
     (when it does not hold them, the adapter still turns a NEW that collides into a REOPENED).
     """
+    plan = _plan(previous_open, report, now, heartbeat=heartbeat, nodes_present=nodes_present)
+    if trigger is None:
+        return plan
+    for changes in (plan.new, plan.reopened, plan.escalated, plan.unchanged, plan.resolved):
+        changes[:] = [
+            replace(c, item=replace(c.item, trigger_kind=trigger.kind, trigger=trigger.what, trigger_node=trigger.node))
+            for c in changes
+        ]
+    return plan
+
+
+def _plan(
+    previous_open: dict[str, StoredFinding],
+    report: TriageReport,
+    now: datetime,
+    *,
+    heartbeat: timedelta,
+    nodes_present: frozenset[str] | set[str] | None,
+) -> SweepPlan:
     cluster = cluster_key(report)
     at = iso(now)
     coverage = sweep_coverage(report)

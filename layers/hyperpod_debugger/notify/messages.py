@@ -23,7 +23,7 @@ from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.domain.sections import SECTIONS, link, pointer
+from hyperpod_debugger.domain.sections import SECTIONS, link, pointer, what_to_do
 
 Transition = Literal["NEW", "ESCALATED", "RESOLVED", "REOPENED"]
 
@@ -73,6 +73,10 @@ class Notice:
     cluster_name: str
     region: str
     resolved_at: datetime | None = None
+    #: what made the monitor look ("Node Health Event for i-…", "the scheduled sweep"), its kind, its node
+    trigger: str | None = None
+    trigger_kind: str | None = None
+    trigger_node: str | None = None
 
 
 # --------------------------------------------------------------------------- text helpers
@@ -333,6 +337,7 @@ def slack_message(notice: Notice, *, runbook_base_url: str | None) -> dict[str, 
                 ("Check", f"`{escape(f.check)}`"),
                 ("Runbook", _section_mrkdwn(f.section, runbook_base_url)),
                 ("Seen", f"{_times(notice.count)} since {when(notice.first_seen)}"),
+                *([("Found by", escape(notice.trigger))] if notice.trigger else []),
             ]
         ),
     ]
@@ -345,6 +350,9 @@ def slack_message(notice: Notice, *, runbook_base_url: str | None) -> dict[str, 
         heading = "*Evidence (verbatim):*\n"
         blocks.append(_section(heading + _code_block(lines, MAX_SECTION - len(heading))))
     step = f"*Read:* {_section_mrkdwn(f.section, runbook_base_url)}"
+    todo = what_to_do(f.section)
+    if todo:
+        step += f"\n*What to do:* {escape(todo)}"
     if f.next_step:
         step += f"\n*Next step:* {_esc_clip(f.next_step, 1500)}"
     blocks.append(_section(step))
@@ -384,6 +392,8 @@ def _resolved_slack(notice: Notice, runbook_base_url: str | None) -> dict[str, A
         f"Open for {open_for} (since {when(notice.first_seen)}), seen {_times(notice.count)}. "
         f"Runbook: {_section_mrkdwn(f.section, runbook_base_url)}"
     )
+    if notice.trigger:
+        text += f"\nFound fixed by {escape(notice.trigger)}."
     # the message names the fault as it was seen; "no longer seen" keeps it from reading as still broken
     header = f"{EMOJI_RESOLVED} Resolved: {clip(_one_line(f.message), MAX_HEADER - 30)} — no longer seen"
     return _message(fallback, [_header(header), _section(text)])
@@ -406,6 +416,7 @@ def email_text(notice: Notice, *, runbook_base_url: str | None) -> tuple[str, st
             f"Check:    {f.check}",
             f"Open for: {open_for} (first seen {when(notice.first_seen)}), seen {_times(notice.count)}",
             f"Runbook:  {_section_plain(f.section, runbook_base_url)}",
+            *([f"Found fixed by {notice.trigger}."] if notice.trigger else []),
         ]
         return subject, _body(body)
 
@@ -418,8 +429,12 @@ def email_text(notice: Notice, *, runbook_base_url: str | None) -> tuple[str, st
         f"Node:     {_node(f)}",
         f"Check:    {f.check}",
         f"Seen:     {_times(notice.count)}; first {when(notice.first_seen)}, last {when(notice.last_seen)}",
+        *([f"Found by: {notice.trigger}"] if notice.trigger else []),
         f"Runbook:  {_section_plain(f.section, runbook_base_url)}",
     ]
+    todo = what_to_do(f.section)
+    if todo:
+        body.append(f"What to do: {todo}")
     lines = evidence_lines(f)
     if lines:
         body += ["", "Evidence (verbatim):", *_plain_evidence(lines)]
@@ -457,8 +472,28 @@ _BUCKETS = ("P0", "P1", "P2", "UNKNOWN")
 _BUCKET_EMOJI = {"P0": EMOJI[Priority.P0], "P1": EMOJI[Priority.P1], "P2": EMOJI[Priority.P2], "UNKNOWN": EMOJI_UNKNOWN}
 
 
+def _trigger_of(notices: Sequence[Notice]) -> tuple[str | None, str | None, str | None]:
+    """(kind, words, node) when every notice was written by the same trigger, else Nones."""
+    triggers = {(n.trigger_kind, n.trigger, n.trigger_node) for n in notices}
+    return triggers.pop() if len(triggers) == 1 else (None, None, None)
+
+
+def _opened_by(notices: Sequence[Notice], count: int) -> str:
+    """``14 findings opened after the Node Health Event for i-…`` / ``… in one sweep`` / ``… opened``."""
+    kind, words, _ = _trigger_of(notices)
+    noun = f"{count} finding{'s' if count != 1 else ''} opened"
+    if kind == "sweep":
+        return f"{noun} in one sweep"
+    return f"{noun} after the {words}" if words else noun
+
+
 def _digest_parts(notices: Sequence[Notice]) -> tuple[list[Notice], list[Notice], Counter[str], Counter[str]]:
-    opened = sorted((n for n in notices if n.transition != "RESOLVED"), key=_rank)
+    _, _, node = _trigger_of(notices)
+    # the node the event named comes first, then the rest by urgency
+    opened = sorted(
+        (n for n in notices if n.transition != "RESOLVED"),
+        key=lambda n: (node is None or n.finding.instance_id != node, *_rank(n)),
+    )
     resolved = [n for n in notices if n.transition == "RESOLVED"]
     by_priority = Counter(_bucket(n.finding) for n in opened)
     by_section = Counter(n.finding.section or "-" for n in opened)
@@ -474,12 +509,13 @@ def digest(notices: Sequence[Notice], *, cluster_name: str, runbook_base_url: st
     region = notices[0].region if notices else None
     worst = next((b for b in _BUCKETS if by_priority[b]), None)
     icon = _BUCKET_EMOJI[worst] if worst else EMOJI_RESOLVED
-    title = f"{icon} {cluster_name}: {len(opened)} finding{'s' if len(opened) != 1 else ''} opened in one sweep"
+    title = f"{icon} {cluster_name}: {_opened_by(notices, len(opened))}"
     if resolved:
         title += f", {len(resolved)} resolved"
     counts = " · ".join(f"{_BUCKET_EMOJI[b]} {b}: {by_priority[b]}" for b in _BUCKETS if by_priority[b])
     section_lines = [
         f"• {_section_mrkdwn(s, runbook_base_url) if s != '-' else 'no section'}: {n}"
+        + (f" — {escape(todo)}" if (todo := what_to_do(s if s != "-" else None)) else "")
         for s, n in sorted(by_section.items(), key=lambda kv: (-kv[1], kv[0]))[:15]
     ]
     if len(by_section) > 15:
@@ -507,7 +543,7 @@ def digest(notices: Sequence[Notice], *, cluster_name: str, runbook_base_url: st
             f"Full detail and suggested commands: `{hint}`. {READ_ONLY_NOTE}",
         )
     )
-    fallback = f"{icon} {escape(cluster_name)}: {len(opened)} findings opened in one sweep ({counts or 'none'})"
+    fallback = f"{icon} {escape(cluster_name)}: {escape(_opened_by(notices, len(opened)))} ({counts or 'none'})"
     return _message(fallback, blocks)
 
 
@@ -516,9 +552,9 @@ def digest_email(notices: Sequence[Notice], *, cluster_name: str, runbook_base_u
     opened, resolved, by_priority, by_section = _digest_parts(notices)
     region = notices[0].region if notices else None
     counts = ", ".join(f"{b}: {by_priority[b]}" for b in _BUCKETS if by_priority[b]) or "none"
-    subject = _subject(f"[HyperPod] {cluster_name}: {len(opened)} findings opened in one sweep ({counts})")
+    subject = _subject(f"[HyperPod] {cluster_name}: {_opened_by(notices, len(opened))} ({counts})")
     body = [
-        f"{len(opened)} findings opened in one sweep of cluster {cluster_name}"
+        f"{_opened_by(notices, len(opened))}, cluster {cluster_name}"
         + (f" ({region})" if region else "")
         + (f"; {len(resolved)} resolved." if resolved else "."),
         "",
@@ -526,6 +562,7 @@ def digest_email(notices: Sequence[Notice], *, cluster_name: str, runbook_base_u
         "By runbook section:",
         *(
             f"  {_section_plain(s, runbook_base_url) if s != '-' else 'no section'}: {n}"
+            + (f"\n      what to do: {todo}" if (todo := what_to_do(s if s != "-" else None)) else "")
             for s, n in sorted(by_section.items(), key=lambda kv: (-kv[1], kv[0]))
         ),
         "",

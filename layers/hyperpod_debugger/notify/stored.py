@@ -48,4 +48,7 @@ def notice_of(kind: TransitionKind, at: str, stored: StoredFinding, region: str)
         cluster_name=cluster_label(stored.cluster_arn, stored.cluster_name),
         region=region_of(stored.cluster_arn, region),
         resolved_at=parse_iso(at) if kind is TransitionKind.RESOLVED else None,
+        trigger=stored.trigger,
+        trigger_kind=stored.trigger_kind,
+        trigger_node=stored.trigger_node,
     )

@@ -22,11 +22,15 @@ from datetime import datetime, timedelta
 from hyperpod_debugger.checks.base import CheckContext
 from hyperpod_debugger.checks.kubernetes import pending_recovery
 from hyperpod_debugger.checks.logs import hma_detections
+from hyperpod_debugger.domain import occupancy as occ
 from hyperpod_debugger.domain.model import STEP_ORDER, Finding, NodeVerdict, SuggestedCommand, Tag
-from hyperpod_debugger.domain.observations import Cluster, ClusterNode, ClusterObservation
+from hyperpod_debugger.domain.observations import Cluster, ClusterNode, ClusterObservation, Observed
+from hyperpod_debugger.domain.occupancy import Occupancy
 from hyperpod_debugger.remediation.iac import drift_note
-from hyperpod_debugger.remediation.suggest import aws_argv, batches, mutating
+from hyperpod_debugger.remediation.rootcause import link_causes
+from hyperpod_debugger.remediation.suggest import aws_argv, batches, mutating, read_only, shell_join
 from hyperpod_debugger.remediation.verdict import node_verdicts
+from hyperpod_debugger.slurm.parse import parse_state
 
 #: How long after HyperPod announced a reboot/replacement we still consider it under way.
 #: A replacement normally takes 20-30 minutes.
@@ -58,10 +62,27 @@ class Target:
     region: str | None
     orchestrator: str | None
     eks_cluster_arn: str | None
+    #: NodeProvisioningMode is Continuous: the batch calls take NodeLogicalIds
+    continuous: bool = False
 
     @classmethod
     def of(cls, cluster: Cluster) -> Target:
-        return cls(cluster.arn, cluster.name, cluster.region, cluster.orchestrator, cluster.eks_cluster_arn)
+        return cls(
+            cluster.arn,
+            cluster.name,
+            cluster.region,
+            cluster.orchestrator,
+            cluster.eks_cluster_arn,
+            cluster.provisioning_mode == "Continuous",
+        )
+
+    def node_args(self, ids: list[str], nodes: dict[str, ClusterNode]) -> list[str]:
+        """``--node-ids`` for the batch calls, or under Continuous provisioning ``--node-logical-ids`` for the
+        nodes whose NodeLogicalId was listed (the call accepts both lists at once)."""
+        logical = [nodes[i].logical_id for i in ids if self.continuous and i in nodes and nodes[i].logical_id]
+        plain = [i for i in ids if not (self.continuous and i in nodes and nodes[i].logical_id)]
+        args = ["--node-ids", *plain] if plain else []
+        return args + (["--node-logical-ids", *[str(x) for x in logical]] if logical else [])
 
     @property
     def known(self) -> bool:
@@ -76,6 +97,17 @@ class NodeFacts:
     node: ClusterNode | None
     recovering: str | None
     slurm_controller: bool
+    #: what runs on the node, read before a drain, reboot or replace is suggested (None: not read in this run)
+    occupancy: Observed[Occupancy] | None = None
+
+    @property
+    def occupied(self) -> Occupancy | None:
+        value = self.occupancy.value if self.occupancy is not None and self.occupancy.available else None
+        return value if value is not None and value.occupied else None
+
+    @property
+    def read(self) -> bool:
+        return self.occupancy is not None and self.occupancy.available and self.occupancy.value is not None
 
 
 # --------------------------------------------------------------------------- what we know
@@ -136,25 +168,72 @@ def resource_tags(obs: ClusterObservation) -> dict[str, dict[str, str]]:
 # --------------------------------------------------------------------------- commands
 
 
+def occupancy_argv(target: Target, node: ClusterNode | None, iid: str) -> list[str] | None:
+    """The read-only command that lists what runs on the node (its jobs or pods)."""
+    if target.orchestrator == "Slurm":
+        name = node.slurm_name if node else None
+        return ["squeue", "-w", name] if name else None
+    if target.orchestrator == "EKS":
+        name = node.eks_name if node else f"hyperpod-{iid}"
+        return ["kubectl", "get", "pods", "-A", "-o", "wide", "--field-selector", f"spec.nodeName={name}"]
+    return None
+
+
+def _occupancy_check(target: Target, facts: NodeFacts, iid: str) -> SuggestedCommand | None:
+    argv = occupancy_argv(target, facts.node, iid)
+    if argv is None:
+        return None
+    where = "on the Slurm controller" if target.orchestrator == "Slurm" else "with kubectl"
+    return read_only(argv, f"See what runs on the node before you drain it ({where})")
+
+
+def occupancy_line(target: Target, facts: NodeFacts, iid: str) -> str:
+    """What runs on the node, in one line, or why it is not known and how to look."""
+    argv = occupancy_argv(target, facts.node, iid)
+    return occ.describe(facts.occupancy, shell_join(argv) if argv else None)
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _stops(target: Target, facts: NodeFacts, iid: str) -> str:
+    """What a reboot or replacement of the node stops, as read (or that it was not read)."""
+    if facts.read and facts.occupancy is not None and facts.occupancy.value is not None:
+        return facts.occupancy.value.stopped_by_action()
+    return "what runs there was not read" + occupancy_line(target, facts, iid).removeprefix("not read")
+
+
+def _already_drained(facts: NodeFacts) -> str | None:
+    """The Slurm state of a node that is drained or draining already (a drain would change nothing)."""
+    value = facts.occupancy.value if facts.occupancy is not None and facts.occupancy.available else None
+    if value is None or not value.state:
+        return None
+    return value.state if parse_state(value.state).drain else None
+
+
 def _drain(target: Target, facts: NodeFacts, iid: str, reason: str) -> SuggestedCommand | None:
+    busy = facts.occupied
     if target.orchestrator == "Slurm":
         name = facts.node.slurm_name if facts.node else None
-        if not name:
+        if not name or _already_drained(facts):
             return None
+        running = f"running jobs continue: {busy.summary()}" if busy else "running jobs continue"
         return mutating(
             ["scontrol", "update", f"nodename={name}", "state=drain", f"reason={reason}"],
             f"Drain Slurm node {name} ({iid}) so no new job lands on it; running jobs finish",
-            blast_radius=f"Only {name}: it takes no new jobs; running jobs continue. Undo with state=resume.",
+            blast_radius=f"Only {name}: it takes no new jobs; {running}. Undo with state=resume.",
             changes_configuration=False,
             preconditions=["Run it on the Slurm controller (through an SSM session, § K)."],
             step="drain",
         )
     if target.orchestrator == "EKS":
         name = facts.node.eks_name if facts.node else f"hyperpod-{iid}"
+        running = f"; running pods keep running: {busy.summary()}" if busy else ""
         return mutating(
             ["kubectl", "cordon", name],
             f"Stop new pods from being scheduled on {name}; running pods keep running",
-            blast_radius=f"Only {name}: marked unschedulable until `kubectl uncordon {name}`.",
+            blast_radius=f"Only {name}: marked unschedulable until `kubectl uncordon {name}`{running}.",
             changes_configuration=False,
             preconditions=[
                 f"kubectl points at the EKS cluster {target.eks_cluster_arn or 'of this HyperPod cluster'}."
@@ -164,18 +243,35 @@ def _drain(target: Target, facts: NodeFacts, iid: str, reason: str) -> Suggested
     return None
 
 
-def _reboot(target: Target, ids: list[str]) -> SuggestedCommand:
+def _busy_precondition(busy: Occupancy | None, action: str) -> list[str]:
+    """An occupied node's own precondition: what the action stops, said before it is run."""
+    if busy is None:
+        return []
+    return [
+        f"The {action} stops what runs there: {busy.summary()}. Drain first, then let the work finish, or "
+        "checkpoint it and requeue it elsewhere."
+    ]
+
+
+def _reboot(
+    target: Target,
+    ids: list[str],
+    stops: str | None = None,
+    busy: Occupancy | None = None,
+    nodes: dict[str, ClusterNode] | None = None,
+) -> SuggestedCommand:
     who = ids[0] if len(ids) == 1 else f"these {len(ids)} nodes"
     return mutating(
-        target.sagemaker("batch-reboot-cluster-nodes", "--node-ids", *ids),
+        target.sagemaker("batch-reboot-cluster-nodes", *target.node_args(ids, nodes or {})),
         f"Reboot {who} (the second rung, after investigating)",
         blast_radius=(
-            f"Reboots {who}: jobs running there stop; each instance keeps its id and its root and secondary "
-            "volumes; on EKS its pods come back once the node is Ready."
+            f"Reboots {who}: {stops or 'jobs running there stop'}; each instance keeps its id and its root and "
+            "secondary volumes; on EKS its pods come back once the node is Ready."
         ),
         changes_configuration=False,
         preconditions=[
             "The read-only commands above do not point at a workload or configuration cause.",
+            *_busy_precondition(busy, "reboot"),
             "The jobs on the node can be interrupted (drain or cordon it first).",
             "describe-cluster-node does not already show HyperPod rebooting or replacing it.",
         ],
@@ -183,25 +279,48 @@ def _reboot(target: Target, ids: list[str]) -> SuggestedCommand:
     )
 
 
-def _replace(target: Target, ids: list[str]) -> SuggestedCommand:
+def _replace(
+    target: Target,
+    ids: list[str],
+    stops: str | None = None,
+    busy: Occupancy | None = None,
+    nodes: dict[str, ClusterNode] | None = None,
+) -> SuggestedCommand:
     who = ids[0] if len(ids) == 1 else f"these {len(ids)} nodes"
     return mutating(
-        target.sagemaker("batch-replace-cluster-nodes", "--node-ids", *ids),
+        target.sagemaker("batch-replace-cluster-nodes", *target.node_args(ids, nodes or {})),
         f"Replace {who} with new hardware (the last rung: the fault survived a reboot)",
         blast_radius=(
             f"Terminates {who} and launches new hardware with the same configuration: this permanently "
-            "destroys the root and secondary volumes of the node and stops its jobs; "
+            f"destroys the root and secondary volumes of the node; {stops or 'its jobs stop'}; "
             f"{REPLACEMENT_TIME}."
         ),
         changes_configuration=False,
         preconditions=[
             "The node was rebooted (by HyperPod or by you) and the same fault came back.",
+            *_busy_precondition(busy, "replacement"),
             "Anything needed from its root and secondary volumes (checkpoints, logs) is copied elsewhere.",
             "It is not a Slurm controller node (replacement is not supported there).",
             "describe-cluster-node does not already show HyperPod rebooting or replacing it.",
         ],
         step="replace",
     )
+
+
+def _occupancy_step(target: Target, facts: NodeFacts, iid: str, action: str) -> str:
+    """What the next step adds about the node's occupancy: drain an occupied node first; an unread one
+    is looked at before anything is run."""
+    busy = facts.occupied
+    drained = _already_drained(facts)
+    if drained:
+        return f" It is drained already (Slurm state {drained}): no drain needed."
+    if busy is not None:
+        noun = "replacement" if action == "replace" else action
+        return f" Drain it first, since the {noun} stops what runs there: {busy.summary()}."
+    if facts.read and facts.occupancy is not None and facts.occupancy.value is not None:
+        return f" {_cap(facts.occupancy.value.stopped_by_action())}."
+    line = occupancy_line(target, facts, iid)
+    return f" What runs there was not read{line.removeprefix('not read')}."
 
 
 def _with_drift_note(cmd: SuggestedCommand, tags: dict[str, dict[str, str]]) -> SuggestedCommand:
@@ -250,19 +369,23 @@ def _refine(f: Finding, target: Target, facts: NodeFacts | None, tags: dict) -> 
             )
         elif action in ("reboot", "replace"):
             drain = _drain(target, facts, iid, f"hyperpod-debugger {f.check}")
+            look = _occupancy_check(target, facts, iid)
+            stops, busy = _stops(target, facts, iid), facts.occupied
+            known = {iid: facts.node} if facts.node else {}
             if action == "replace" and facts.slurm_controller:
-                commands += [c for c in (drain, _reboot(target, [iid])) if c]
+                commands += [c for c in (look, drain, _reboot(target, [iid], stops, busy, known)) if c]
                 action = "reboot"
                 next_step = (
                     "Replacement is not supported on the Slurm controller node: reboot it, and if the fault "
                     "returns open an AWS Support case (see references/node-issue-catalog.md)."
                 )
             elif action == "replace":
-                commands += [c for c in (drain, _replace(target, [iid])) if c]
+                commands += [c for c in (look, drain, _replace(target, [iid], stops, busy, known)) if c]
                 next_step = next_step or "The fault came back after a reboot: replace the node."
             else:
-                commands += [c for c in (drain, _reboot(target, [iid])) if c]
+                commands += [c for c in (look, drain, _reboot(target, [iid], stops, busy, known)) if c]
                 next_step = next_step or "Investigate first; if nothing points at the workload, reboot the node."
+            next_step += _occupancy_step(target, facts, iid, action)
         else:
             next_step = next_step or "Investigate with the read-only commands before any node action."
         update = {"node_action": action, "next_step": next_step}
@@ -272,7 +395,7 @@ def _refine(f: Finding, target: Target, facts: NodeFacts | None, tags: dict) -> 
     return Finding.model_validate({**f.model_dump(), **update})
 
 
-def _batch_findings(findings: list[Finding], target: Target) -> list[Finding]:
+def _batch_findings(findings: list[Finding], target: Target, nodes: dict[str, ClusterNode]) -> list[Finding]:
     out = []
     for step in ("reboot", "replace"):
         ids = sorted(
@@ -296,7 +419,7 @@ def _batch_findings(findings: list[Finding], target: Target) -> list[Finding]:
                 cluster_arn=target.arn,
                 cluster_name=target.name,
                 evidence=[f"{step}: {', '.join(chunk)}" for chunk in chunks],
-                suggested_commands=[build(target, chunk) for chunk in chunks],
+                suggested_commands=[build(target, chunk, nodes=nodes) for chunk in chunks],
                 next_step=f"Read each node's finding first; these calls only group the per-node {step} commands.",
             )
         )
@@ -311,17 +434,22 @@ def apply(
     recovering: dict[str, str] | None = None,
     controllers: set[str] | frozenset[str] = frozenset(),
     tags: dict[str, dict[str, str]] | None = None,
+    occupancy: dict[str, Observed[Occupancy]] | None = None,
 ) -> list[Finding]:
-    """Apply the ladder and the safety rules to every finding, then add batch forms."""
+    """Apply the ladder and the safety rules to every finding, then add batch forms.
+
+    ``occupancy``: what runs on the nodes about to be drained, rebooted or replaced, as read this run."""
     recovering = recovering or {}
+    occupancy = occupancy or {}
     refined = []
     for f in findings:
         facts = None
         if f.instance_id:
-            facts = NodeFacts(nodes.get(f.instance_id), recovering.get(f.instance_id), f.instance_id in controllers)
+            iid = f.instance_id
+            facts = NodeFacts(nodes.get(iid), recovering.get(iid), iid in controllers, occupancy.get(iid))
         refined.append(_refine(f, target, facts, tags or {}))
     refined = one_rung_per_node(refined, node_verdicts(refined, nodes=nodes, recovering=recovering))
-    return refined + _batch_findings(refined, target)
+    return link_causes(refined + _batch_findings(refined, target, nodes))
 
 
 #: a command that undoes a drain ("state=resume"): never beside a drain for a reboot or a replace
@@ -363,11 +491,17 @@ def one_rung_per_node(findings: list[Finding], verdicts: list[NodeVerdict]) -> l
 
 
 def refine(
-    findings: list[Finding], obs: ClusterObservation, ctx: CheckContext, *, acting: dict[str, str] | None = None
+    findings: list[Finding],
+    obs: ClusterObservation,
+    ctx: CheckContext,
+    *,
+    acting: dict[str, str] | None = None,
+    occupancy: dict[str, Observed[Occupancy]] | None = None,
 ) -> list[Finding]:
     """The engine over a triage: what the observation knows about each node decides the rules.
 
     ``acting``: nodes HyperPod said it is repairing outside the observation (a Node Health Event).
+    ``occupancy``: what runs on the nodes the first pass put on the reboot or replace rung.
     """
     nodes = {n.instance_id: n for n in obs.nodes.value or ()} if obs.nodes.available else {}
     return apply(
@@ -377,12 +511,30 @@ def refine(
         recovering={**(acting or {}), **recovery_in_progress(obs, ctx.now)},
         controllers=slurm_controllers(obs),
         tags=resource_tags(obs),
+        occupancy=occupancy,
     )
 
 
 def verdicts(
-    findings: list[Finding], obs: ClusterObservation, ctx: CheckContext, *, acting: dict[str, str] | None = None
+    findings: list[Finding],
+    obs: ClusterObservation,
+    ctx: CheckContext,
+    *,
+    acting: dict[str, str] | None = None,
+    occupancy: dict[str, Observed[Occupancy]] | None = None,
 ) -> list[NodeVerdict]:
-    """The node verdicts of a triage, with what HyperPod is doing itself beside ours."""
+    """The node verdicts of a triage, with what HyperPod is doing itself beside ours, and what runs on
+    each node on the reboot or replace rung."""
     nodes = {n.instance_id: n for n in obs.nodes.value or ()} if obs.nodes.available else {}
-    return node_verdicts(findings, nodes=nodes, recovering={**(acting or {}), **recovery_in_progress(obs, ctx.now)})
+    target = Target.of(obs.cluster)
+    occupancy = occupancy or {}
+    lines = {
+        iid: occupancy_line(target, NodeFacts(nodes.get(iid), None, False, occupancy.get(iid)), iid)
+        for iid in {f.instance_id for f in findings if f.instance_id}
+    }
+    return node_verdicts(
+        findings,
+        nodes=nodes,
+        recovering={**(acting or {}), **recovery_in_progress(obs, ctx.now)},
+        occupancy=lines,
+    )

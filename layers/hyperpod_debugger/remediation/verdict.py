@@ -53,10 +53,15 @@ def node_verdicts(
     *,
     nodes: Mapping[str, ClusterNode] | None = None,
     recovering: Mapping[str, str] | None = None,
+    occupancy: Mapping[str, str] | None = None,
 ) -> list[NodeVerdict]:
-    """One verdict per node that has a finding (a PASS alone makes it ``healthy``), weightiest first."""
+    """One verdict per node that has a finding (a PASS alone makes it ``healthy``), weightiest first.
+
+    ``occupancy``: instance id -> what runs there in one line; shown for the nodes on the reboot or
+    replace rung (what the drain waits for and the action stops)."""
     nodes = nodes or {}
     recovering = recovering or {}
+    occupancy = occupancy or {}
     by_node: dict[str, list[Finding]] = {}
     for f in findings:
         if f.instance_id and f.check != "ladder.batch":
@@ -88,6 +93,8 @@ def node_verdicts(
                 next_command=drain or command,
                 then_command=command if drain else None,
                 hyperpod=hyperpod,
+                occupancy=occupancy.get(iid) if state in RUNGS else None,
+                likely_cause=top.caused_by if problems else None,
             )
         )
     out.sort(key=lambda v: (-RANK[v.verdict], v.instance_id))

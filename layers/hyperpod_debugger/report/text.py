@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from hyperpod_debugger.domain.model import CheckStatus, Finding, Priority, Tag, TriageReport
+from hyperpod_debugger.remediation.rootcause import reference
 
 _COLOURS = {
     Tag.PASS: "\033[32m",
@@ -59,6 +60,9 @@ def _finding_block(f: Finding, colour: bool) -> list[str]:
         lines.extend(f"    | {part}" for part in item.splitlines() or [""])
     if f.root_cause:
         lines.append(f"    root cause: {f.root_cause}")
+    if f.caused_by:
+        lines.append(f"    explained by: {f.caused_by}")
+    lines.extend(f"    explains: {effect}" for effect in f.explains)
     if f.runbook:
         lines.append(f"    runbook: {f.runbook}")
     if f.next_step:
@@ -106,12 +110,16 @@ def _render_short(report: TriageReport, colour: bool) -> str:
     out = _title(report, bold)
     out.extend(_verdict_table(report, bold, details=False))
     cluster = [f for f in report.findings if f.is_problem and not f.instance_id]
+    # a problem another cluster-level problem explains is printed under it, not on its own
+    causes = {reference(f) for f in cluster}
+    shown = [f for f in cluster if f.caused_by not in causes]
     out.append("")
     out.append(bold("== Cluster-level problems =="))
-    if not cluster:
+    if not shown:
         out.append("None in what could be read.")
-    for f in sorted(cluster, key=lambda f: (str(f.priority or "P9"), f.tag is not Tag.FAIL)):
+    for f in sorted(shown, key=lambda f: (str(f.priority or "P9"), f.tag is not Tag.FAIL)):
         out.append(finding_line(f, colour))
+        out.extend(f"    explains: {effect}" for effect in f.explains)
         command = next((c for c in f.suggested_commands if not c.mutates), None) or next(
             iter(f.suggested_commands), None
         )
@@ -245,6 +253,10 @@ def _verdict_table(report: TriageReport, bold: Any, details: bool = True) -> lis
             out.append(f"    why: {why}{section}")
             if v.hyperpod and v.verdict != "hyperpod-acting":
                 out.append(f"    HyperPod: {v.hyperpod}")
+            if v.likely_cause:
+                out.append(f"    likely cause: {v.likely_cause}")
+            if v.occupancy:
+                out.append(f"    runs there: {v.occupancy}")
             if v.next_command:
                 out.append(f"    next: $ {v.next_command}")
             if v.then_command:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 # --------------------------------------------------------------------------- the query
 
 #: Sections of the query, in the order the command prints them.
-QUERY_KEYS: tuple[str, ...] = ("ping", "config", "sinfo", "nodes", "squeue", "services")
+QUERY_KEYS: tuple[str, ...] = ("ping", "config", "sinfo", "nodes", "squeue", "jobs", "services")
 MARKER = "==HPD:{key}=="
 _MARKER = re.compile(r"^==HPD:([a-z_]+)==\s*$")
 
@@ -35,6 +35,11 @@ _MARKER = re.compile(r"^==HPD:([a-z_]+)==\s*$")
 SINFO_FORMAT = "%N|%T|%E|%H"
 #: ``squeue -o`` format of the ``squeue`` section: job id, state, elapsed time, nodes, reason.
 SQUEUE_FORMAT = "%i|%T|%M|%N|%R"
+#: ``squeue -o`` format of the ``jobs`` section (what runs where, for the blast radius of a node action):
+#: job id, state, user, node count, nodes, and the job name last (a name may hold any character).
+JOBS_FORMAT = "%i|%T|%u|%D|%N|%j"
+#: The job states that occupy a node: what a drain lets finish and a reboot or replacement stops.
+OCCUPYING_STATES = "RUNNING,COMPLETING,CONFIGURING,SUSPENDED"
 #: The services whose ``systemctl is-active`` state the query prints, one ``<unit> <state>`` line each.
 CONTROLLER_SERVICES: tuple[str, ...] = ("slurmctld", "munge")
 #: Seconds each Slurm command may take before ``timeout`` stops it (a hung controller must not hang us).
@@ -50,6 +55,7 @@ def _sections() -> list[tuple[str, str]]:
         ("sinfo", f'{t} sinfo --noheader -N -o "{SINFO_FORMAT}" 2>&1'),
         ("nodes", f"{t} scontrol show node --oneliner 2>&1"),
         ("squeue", f'{t} squeue --noheader -t COMPLETING,CONFIGURING -o "{SQUEUE_FORMAT}" 2>&1'),
+        ("jobs", f'{t} squeue --noheader -t {OCCUPYING_STATES} -o "{JOBS_FORMAT}" 2>&1'),
         (
             "services",
             f'for u in {services}; do printf "%s %s\\n" "$u" "$({t} systemctl is-active "$u" 2>/dev/null)"; done',
@@ -551,6 +557,44 @@ def _parse_squeue_table(lines: list[str]) -> list[SqueueJob]:
                 elapsed_s=parse_elapsed(row.get("TIME", "")),
                 nodes="" if nodes.startswith("(") else nodes,
                 reason=nodes if nodes.startswith("(") else "",
+                line=line.strip(),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    """One job that occupies nodes, from the ``jobs`` section (``%i|%T|%u|%D|%N|%j``)."""
+
+    job_id: str
+    state: str
+    user: str
+    #: squeue's node count (``%D``); None when it printed something else
+    node_count: int | None
+    #: every node the job holds (the hostlist expanded)
+    nodes: tuple[str, ...]
+    name: str
+    line: str
+
+
+def parse_jobs(text: str) -> list[SlurmJob] | None:
+    """The ``jobs`` section, or None when it is not squeue's answer (an error such as
+    ``slurm_load_jobs error: …``, or text in another shape): then what runs where is not known."""
+    out: list[SlurmJob] = []
+    for line in (raw for raw in text.splitlines() if raw.strip()):
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 6 or not re.fullmatch(r"\d+(?:_\d+|_\[[^\]]*\]|\+\d+)?", parts[0]):
+            return None
+        job_id, state, user, count, nodelist = parts[:5]
+        out.append(
+            SlurmJob(
+                job_id=job_id,
+                state=_SHORT_JOB_STATES.get(state.upper(), state.upper()),
+                user=user,
+                node_count=int(count) if count.isdigit() else None,
+                nodes=tuple(expand_hostlist(nodelist)) if nodelist and not nodelist.startswith("(") else (),
+                name="|".join(parts[5:]),
                 line=line.strip(),
             )
         )
