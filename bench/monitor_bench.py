@@ -43,12 +43,23 @@ ENTRY_POINTS = ("events", "hma", "sweep", "probes", "stream", "outbox")
 WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
 
 
-def import_seconds(module: str) -> float:
-    """Wall time of importing ``module`` in a fresh interpreter (what a Lambda cold start pays)."""
-    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+def import_seconds(module: str, runs: int = 3) -> tuple[float, float]:
+    """(CPU, wall) seconds of importing ``module`` in a fresh interpreter (what a Lambda cold start pays),
+    the median of ``runs`` fresh interpreters; CPU is what the target is stated in (issue 15)."""
+    code = (
+        "import time; c = time.process_time(); w = time.perf_counter(); "
+        f"import {module}; print(time.process_time() - c, time.perf_counter() - w)"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, cwd=ROOT)
-    return float(out.stdout.strip())
+    samples = []
+    for _ in range(runs):
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, cwd=ROOT
+        )
+        cpu, wall = (float(x) for x in out.stdout.split())
+        samples.append((cpu, wall))
+    samples.sort()
+    return samples[len(samples) // 2]
 
 
 def tree_bytes(path: pathlib.Path, skip: tuple[str, ...] = ()) -> int:
@@ -230,12 +241,12 @@ def main() -> int:
     args = parser.parse_args()
 
     targets: dict[str, bool] = {}
-    print("monitor: cold import per entry point (fresh interpreter; the module each function's handler names)")
+    print("monitor: cold import per entry point (fresh interpreter, median of 3; the module each handler names)")
     for name in ENTRY_POINTS:
         module = f"functions.monitor.handlers.{name}"
-        seconds = import_seconds(module)
-        print(f"  {module:40s} {seconds:6.2f} s   (target < 1 s)")
-        targets[f"import {module} < 1 s"] = seconds < 1.0
+        cpu, wall = import_seconds(module)
+        print(f"  {module:40s} {cpu:6.2f} s CPU  {wall:6.2f} s wall   (target < 1 s CPU)")
+        targets[f"import {module} < 1 s CPU"] = cpu < 1.0
 
     layer = ROOT / "build" / "layer" / "python"
     if layer.is_dir():

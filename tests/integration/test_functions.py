@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from functions.monitor import adapters, handlers, runtime
+from functions.monitor import adapters, handlers, signal_run
 from functions.shared import env as env_module
 from functions.shared.events import (
     ClusterEvent,
@@ -241,8 +241,8 @@ def test_node_health_event_triages_stores_and_notifies_slack_and_email(monitor, 
 def test_duplicate_event_id_is_processed_once(monitor, live_demo, lambda_context, monkeypatch):
     # GIVEN the same event delivered twice (SageMaker may send one change more than once)
     calls = []
-    real = runtime.run_triage
-    monkeypatch.setattr(runtime, "run_triage", lambda req, clients: calls.append(req) or real(req, clients))
+    real = signal_run.run_triage
+    monkeypatch.setattr(signal_run, "run_triage", lambda req, clients: calls.append(req) or real(req, clients))
     cluster = live_demo.eks
     event = node_health_event(cluster, cluster.nodes["gpu-workers"][1])
 
@@ -282,7 +282,7 @@ def test_something_that_is_not_an_event_is_rejected(monitor, lambda_context):
 
 def test_info_level_cluster_event_is_ignored(monitor, lambda_context, monkeypatch):
     # GIVEN an Info-level cluster event
-    monkeypatch.setattr(runtime, "run_triage", lambda *a: pytest.fail("no triage for Info events"))
+    monkeypatch.setattr(signal_run, "run_triage", lambda *a: pytest.fail("no triage for Info events"))
     event = load("hyperpod_cluster_event.json")
     event["detail"]["EventDetails"]["EventLevel"] = "Info"
     # WHEN / THEN it is ignored with a log line
@@ -386,7 +386,7 @@ def test_a_rejected_event_is_kept_verbatim_with_its_reason(monitor, unprocessed,
 
 
 def test_an_event_whose_arn_has_no_valid_region_is_kept_not_triaged(monitor, unprocessed, lambda_context, monkeypatch):
-    monkeypatch.setattr(runtime, "run_triage", lambda *a: pytest.fail("no triage for an unusable event"))
+    monkeypatch.setattr(signal_run, "run_triage", lambda *a: pytest.fail("no triage for an unusable event"))
     event = published(STATE_CAPTURE)
     event["detail"]["ClusterArn"] = "arn:aws:sagemaker:moon-1:842413447717:cluster/qx06scn2c9eu"
     result = handlers.event_handler(event, lambda_context)
@@ -443,3 +443,21 @@ def test_without_hyperpods_repair_action_our_ladder_still_suggests_its_rung(moni
     assert steps & {"reboot", "replace"}
     [verdict] = [f for f in stored if f.check == "events.node_health"]
     assert "RepairAction: None" in verdict.evidence
+
+
+@pytest.mark.parametrize("module", ["events", "hma", "sweep", "probes", "stream", "outbox"])
+def test_an_entry_point_imports_only_what_it_uses(module):
+    """A cold start pays for its own function only: no X-Ray SDK at import (the tracer is built on the first
+    invocation), and no triage in the functions that only deliver alerts."""
+    import subprocess
+    import sys
+
+    code = (
+        f"import sys, functions.monitor.handlers.{module}; "
+        "print(' '.join(m for m in ('aws_xray_sdk', 'hyperpod_debugger.triage', 'moto', 'hyperpod_sim') "
+        "if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "aws_xray_sdk" not in loaded and "moto" not in loaded and "hyperpod_sim" not in loaded
+    if module in ("stream", "outbox"):
+        assert "hyperpod_debugger.triage" not in loaded

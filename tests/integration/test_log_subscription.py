@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from functions.monitor import adapters, handlers, runtime
+from functions.monitor import adapters, handlers, signal_run
 from functions.shared import env as env_module
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, create_table
@@ -115,8 +115,8 @@ def test_an_hma_detection_triages_its_node_into_the_findings_store(store, live_d
 def test_the_same_delivery_twice_makes_no_new_transition(store, live_demo, lambda_context, monkeypatch):
     # GIVEN one delivery that Lambda hands the function twice (an async retry)
     calls = []
-    real = runtime.run_triage
-    monkeypatch.setattr(runtime, "run_triage", lambda req, clients: calls.append(req) or real(req, clients))
+    real = signal_run.run_triage
+    monkeypatch.setattr(signal_run, "run_triage", lambda req, clients: calls.append(req) or real(req, clients))
     cluster = live_demo.slurm
     _, stream = slurm_detection(cluster)
     event = delivery(cluster, stream, [seed.slurm_hma_record(datetime.now(UTC), 79)])
@@ -154,7 +154,7 @@ def test_the_eks_xid_detection_names_the_node_and_the_code(store, live_demo, lam
 
 
 def test_a_control_message_is_ignored(store, lambda_context, monkeypatch):
-    monkeypatch.setattr(runtime, "run_triage", lambda *a: pytest.fail("no triage for a control message"))
+    monkeypatch.setattr(signal_run, "run_triage", lambda *a: pytest.fail("no triage for a control message"))
     control = {
         "messageType": "CONTROL_MESSAGE",
         "owner": "CloudwatchLogs",
@@ -195,7 +195,7 @@ def test_a_delivery_from_a_log_group_of_another_shape_is_rejected(store, live_de
 
 
 def test_a_lifecycle_stream_is_dropped_without_a_triage(store, live_demo, lambda_context, monkeypatch):
-    monkeypatch.setattr(runtime, "run_triage", lambda *a: pytest.fail("no triage for a lifecycle stream"))
+    monkeypatch.setattr(signal_run, "run_triage", lambda *a: pytest.fail("no triage for a lifecycle stream"))
     cluster = live_demo.slurm
     worker = cluster.nodes["worker-group-1"][0]
     event = delivery(cluster, f"LifecycleConfig/worker-group-1/{worker}", ["HealthMonitoringAgentDetectionEvent"])
@@ -209,7 +209,7 @@ def test_a_lifecycle_stream_is_dropped_without_a_triage(store, live_demo, lambda
 def test_a_cluster_outside_the_allowlist_is_skipped(store, live_demo, lambda_context, monkeypatch):
     monkeypatch.setenv("CLUSTER_ALLOWLIST", "some-other-cluster")
     env_module.clear_env_cache()
-    monkeypatch.setattr(runtime, "run_triage", lambda *a: pytest.fail("no triage outside the allowlist"))
+    monkeypatch.setattr(signal_run, "run_triage", lambda *a: pytest.fail("no triage outside the allowlist"))
     cluster = live_demo.slurm
     _, stream = slurm_detection(cluster)
 

@@ -13,7 +13,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
 from functions.monitor.logic import signals
-from functions.monitor.runtime import reject, signal_runner, validation_errors, with_env
+from functions.monitor.runtime import reject, validation_errors, with_env
+from functions.monitor.signal_run import signal_runner
 from functions.shared.env import monitor_env
 from functions.shared.events import parse_hyperpod_event
 from functions.shared.observability import logger, metrics, tracer

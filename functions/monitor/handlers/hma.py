@@ -14,7 +14,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.monitor import hma_logs
 from functions.monitor.logic import signals
-from functions.monitor.runtime import reject, signal_runner, with_env
+from functions.monitor.runtime import reject, with_env
+from functions.monitor.signal_run import signal_runner
 from functions.shared.env import monitor_env
 from functions.shared.observability import logger, metrics, tracer
 
