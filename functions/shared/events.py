@@ -142,14 +142,35 @@ ClusterArn = Annotated[str, Field(pattern=r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-
 
 
 class ProbeBatch(BaseModel):
-    """One item of the sweep's inner Map, as ``sweep_cluster`` plans it."""
+    """One item of the sweep's inner Map: a reference to one batch of the plan the cluster step stored
+    (``sweep_id`` and ``batch``), or, for a direct invocation, the node descriptors themselves."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     cluster_arn: ClusterArn
     cluster_name: str = ""
     sweep_id: str = ""
-    nodes: list[dict[str, Any]] = Field(min_length=1, max_length=500)
+    batch: int | None = Field(default=None, ge=0)
+    nodes: list[dict[str, Any]] | None = Field(default=None, min_length=1, max_length=500)
+
+    @model_validator(mode="after")
+    def _names_its_nodes(self) -> ProbeBatch:
+        if (self.batch is None) == (self.nodes is None):
+            raise ValueError("a probe batch names either a stored plan batch (sweep_id and batch) or its nodes")
+        if self.batch is not None and not self.sweep_id:
+            raise ValueError("a stored plan batch needs the sweep_id that wrote it")
+        return self
+
+
+#: How the sweep's inner Map turns each batch number of the cluster step's output into a probe input: the
+#: state carries only numbers, never node lists (the state machine's ``ItemSelector``; the simulator applies
+#: the same one).
+PROBE_ITEM_SELECTOR: dict[str, str] = {
+    "batch.$": "$$.Map.Item.Value",
+    "cluster_arn.$": "$.cluster_arn",
+    "cluster_name.$": "$.cluster",
+    "sweep_id.$": "$.sweep_id",
+}
 
 
 # --- the findings table's stream (what the DynamoDB event source hands the notifier) ---------

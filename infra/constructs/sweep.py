@@ -28,6 +28,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from functions.shared.events import PROBE_ITEM_SELECTOR
 from hyperpod_debugger.aws.iam import STORE_ACTIONS
 from infra.constants import GSI_BY_NODE, PROBE_BATCH_HANDLER, SWEEP_HANDLER
 from infra.constructs.python_function import PythonFunction
@@ -198,10 +199,13 @@ class Sweep(Construct):
         # A failed batch is not retried within the sweep: its nodes stay due and lead the next rotation.
         probe = self._invoke("ProbeNodes", self.probe_function, retry_failed=False)
         probe.add_catch(sfn.Pass(self, "BatchFailed"), errors=["States.ALL"], result_path="$.error")
+        # The cluster step stored the plan in the table: the items are batch numbers, and each probe step
+        # reads its nodes by (cluster, sweep, batch); no node list ever passes through the state.
         each_batch = sfn.Map(
             self,
             "EachBatch",
             items_path="$.batches",
+            item_selector=dict(PROBE_ITEM_SELECTOR),
             max_concurrency=self.budget.batches,
             result_path=sfn.JsonPath.DISCARD,
         )

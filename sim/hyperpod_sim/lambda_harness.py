@@ -634,3 +634,40 @@ __all__ = [
     "provision_monitor",
     "read_emails",
 ]
+
+
+# --------------------------------------------------------------------------- Step Functions' Map, locally
+
+
+def map_items(
+    state_input: Mapping[str, Any], items_path: str, item_selector: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """What a Step Functions ``Map`` state hands each iteration: ``item_selector`` applied to every item at
+    ``items_path`` of the Map's input. Only the JSONPath forms the stack uses are understood: ``$.<key>`` (a
+    key of the Map's input), ``$$.Map.Item.Value`` and ``$$.Map.Item.Index``; anything else raises, so a
+    selector the stack changes cannot silently mean something else here."""
+    if not items_path.startswith("$."):
+        raise ValueError(f"unsupported ItemsPath {items_path!r}")
+    items = state_input.get(items_path[2:]) or []
+
+    def resolve(path: str, index: int, item: Any) -> Any:
+        if path == "$$.Map.Item.Value":
+            return item
+        if path == "$$.Map.Item.Index":
+            return index
+        if path.startswith("$.") and "." not in path[2:]:
+            if path[2:] not in state_input:
+                raise KeyError(f"the Map's input has no {path[2:]!r} (States.Runtime on AWS)")
+            return state_input[path[2:]]
+        raise ValueError(f"unsupported JSONPath {path!r} in ItemSelector")
+
+    out = []
+    for index, item in enumerate(items):
+        selected: dict[str, Any] = {}
+        for key, value in item_selector.items():
+            if key.endswith(".$"):
+                selected[key[:-2]] = resolve(value, index, item)
+            else:
+                selected[key] = value
+        out.append(selected)
+    return out

@@ -31,7 +31,7 @@ from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.domain import eventbridge
 from hyperpod_debugger.probe.runner import ProbeOptions
-from hyperpod_sim.lambda_harness import Email, MonitorHarness, monitor_harness
+from hyperpod_sim.lambda_harness import Email, MonitorHarness, map_items, monitor_harness
 from hyperpod_sim.scenarios import REGION, Demo
 
 #: The demo probes at the fake service's pace, not at the 3/s a real account allows.
@@ -186,12 +186,15 @@ def _sweep(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now: datet
     lines = [f"   sweep_cluster → {_response(response)}"]
     transitions: Counter[str] = Counter(response.get("transitions") or {}) if isinstance(response, dict) else Counter()
     probe_batch = getattr(handlers, "probe_batch", None)
-    batches = response.get("batches", []) if isinstance(response, dict) else []
+    from functions.shared.events import PROBE_ITEM_SELECTOR  # present whenever the handlers are
+
+    # the state machine's inner Map: each batch number becomes a reference to the plan the cluster step stored
+    batches = map_items(response, "$.batches", PROBE_ITEM_SELECTOR) if isinstance(response, dict) else []
     if probe_batch is not None:
         for batch in batches:
             answer = monitor.invoke(probe_batch, batch)
-            nodes = len(batch.get("nodes") or [])
-            lines.append(f"   probe_batch ({nodes} node(s)) → {_response(answer)}")
+            nodes = answer.get("planned", 0) if isinstance(answer, dict) else 0
+            lines.append(f"   probe_batch (stored batch {batch['batch']}, {nodes} node(s)) → {_response(answer)}")
             if isinstance(answer, dict):
                 transitions.update(answer.get("transitions") or {})
     return lines, transitions

@@ -180,9 +180,10 @@ def deliver(monitor: Any, invoke: Any) -> None:
 def recording_run() -> Recorder:
     """The monitor's path on the simulated account: an event, the notifier, the sweep of both clusters
     with its probe batches, and an HMA log delivery, each through the real handler."""
+    from functions.shared.events import PROBE_ITEM_SELECTOR
     from hyperpod_sim import seed
     from hyperpod_sim.demo import _simulated_account
-    from hyperpod_sim.lambda_harness import monitor_harness
+    from hyperpod_sim.lambda_harness import map_items, monitor_harness
     from hyperpod_sim.monitor_demo import DEMO_ENV, node_health_event
     from tests.integration.test_log_subscription import delivery, slurm_detection
 
@@ -212,7 +213,8 @@ def recording_run() -> Recorder:
                     c.SWEEP_HANDLER,
                     {"cluster_arn": cluster.arn, "cluster_name": cluster.name, "sweep_id": "iam-recording"},
                 )
-                for batch in swept.get("batches", []):
+                # the inner Map's items, built by the stack's ItemSelector from the cluster step's output
+                for batch in map_items(swept, "$.batches", PROBE_ITEM_SELECTOR):
                     invoke(c.PROBE_BATCH_HANDLER, batch)
             _, stream = slurm_detection(demo.slurm)
             invoke(c.LOG_SUBSCRIPTION_HANDLER, delivery(demo.slurm, stream, [seed.slurm_hma_record(now, 79)]))

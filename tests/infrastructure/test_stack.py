@@ -239,6 +239,11 @@ def test_sweep_pages_through_clusters_then_checks_and_probes_each_in_batches(tem
     assert inner["CheckCluster"]["Catch"][0]["Next"] == "ClusterFailed"  # one cluster failing spares the rest
     batches = inner["EachBatch"]
     assert batches["Type"] == "Map" and batches["ItemsPath"] == "$.batches" and batches["ResultPath"] is None
+    # the items are batch numbers; each becomes a reference to the plan the cluster step stored, with the
+    # very selector the simulator applies (hyperpod_sim.lambda_harness.map_items)
+    from functions.shared.events import PROBE_ITEM_SELECTOR
+
+    assert batches["ItemSelector"] == PROBE_ITEM_SELECTOR
     probe = batches["ItemProcessor"]["States"]["ProbeNodes"]
     assert probe["Resource"].startswith("GetAtt:SweepProbeBatchFunction")
     assert probe["Catch"][0]["Next"] == "BatchFailed"

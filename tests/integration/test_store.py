@@ -297,3 +297,23 @@ def test_each_transition_records_what_made_the_monitor_look(store, now):
     assert resolved.kind is TransitionKind.RESOLVED
     item = store.get(ARN, new.fingerprint)
     assert (item.trigger_kind, item.trigger, item.trigger_node) == ("sweep", "the scheduled sweep", None)
+
+
+def test_a_stored_plan_is_read_back_batch_by_batch_and_expires(store, clients, now):
+    from hyperpod_debugger.lifecycle.rotation import describe_node
+
+    nodes = [describe_node(scenarios_node(n)) for n in range(60 * 50)]
+    batches = [nodes[i : i + 50] for i in range(0, len(nodes), 50)]
+    assert store.put_plan(ARN, "sweep-9", batches, now) == 60  # more than one BatchWriteItem page
+    assert store.plan_batch(ARN, "sweep-9", 59) == batches[59]
+    assert store.plan_batch(ARN, "sweep-9", 60) is None and store.plan_batch(ARN, "other", 0) is None
+    (item,) = [i for i in raw(clients, f"PLAN#{ARN}", "sweep-9#00000")]
+    assert item["item_type"] == {"S": "PLAN"} and int(item["expires_at"]["N"]) > now.timestamp()
+
+
+def scenarios_node(n: int):
+    from hyperpod_debugger.domain.observations import ClusterNode
+
+    return ClusterNode(
+        f"i-{n:017x}", "workers", "ml.p5.48xlarge", "Running", "", None, hostname=f"ip-10-1-{n // 250}-{n % 250}"
+    )

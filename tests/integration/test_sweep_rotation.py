@@ -9,6 +9,7 @@ import pytest
 
 from functions.monitor import handlers
 from functions.shared import env as env_module
+from functions.shared.events import PROBE_ITEM_SELECTOR
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore, create_table
 from hyperpod_debugger.domain.model import (
@@ -26,6 +27,7 @@ from hyperpod_sim import scenarios
 from hyperpod_sim.fake_k8s import FakeKubernetes
 from hyperpod_sim.fake_ssm import FakeSsm
 from hyperpod_sim.lambda_harness import lambda_context as new_context
+from hyperpod_sim.lambda_harness import map_items as harness_map_items
 from hyperpod_sim.server import simulated_aws
 
 TABLE = "hyperpod-findings-rotation"
@@ -80,8 +82,20 @@ def sweep_input(cluster) -> dict:
     return {"cluster_name": cluster.name, "cluster_arn": cluster.arn, "sweep_id": "sweep-1"}
 
 
-def batch_nodes(batch: dict) -> list[str]:
-    return [n["instance_id"] for n in batch["nodes"]]
+def map_items(cluster_output: dict) -> list[dict]:
+    """The inner Map's items, as the state machine builds them from the cluster step's output."""
+    return harness_map_items(cluster_output, "$.batches", PROBE_ITEM_SELECTOR)
+
+
+def descriptors(store: FindingStore, item: dict) -> list[dict]:
+    """The node descriptors the cluster step stored for one Map item."""
+    nodes = store.plan_batch(item["cluster_arn"], item["sweep_id"], item["batch"])
+    assert nodes is not None, item
+    return nodes
+
+
+def batch_nodes(store: FindingStore, item: dict) -> list[str]:
+    return [n["instance_id"] for n in descriptors(store, item)]
 
 
 def test_cluster_step_plans_batches_of_running_nodes_without_probing_them(world):
@@ -91,12 +105,14 @@ def test_cluster_step_plans_batches_of_running_nodes_without_probing_them(world)
     result = handlers.sweep_cluster(sweep_input(cluster), sweep_context())
 
     assert result["status"] == "processed" and result["cluster_arn"] == cluster.arn
-    batches = result["batches"]
-    assert batches and all(1 <= len(b["nodes"]) <= 2 for b in batches)  # PROBE_BATCH_SIZE
+    # the state carries batch numbers only; the nodes are in the table, under the sweep's id
+    assert result["batches"] == list(range(len(result["batches"]))) and result["sweep_id"] == "sweep-1"
+    batches = map_items(result)
+    assert batches and all(1 <= len(descriptors(store, b)) <= 2 for b in batches)  # PROBE_BATCH_SIZE
     assert all(b["cluster_arn"] == cluster.arn and b["sweep_id"] == "sweep-1" for b in batches)
-    planned = [iid for b in batches for iid in batch_nodes(b)]
+    planned = [iid for b in batches for iid in batch_nodes(store, b)]
     assert len(planned) == len(set(planned)) == result["rotation"]["planned"]
-    running = {n["instance_id"] for b in batches for n in b["nodes"] if n["status"] == "Running"}
+    running = {n["instance_id"] for b in batches for n in descriptors(store, b) if n["status"] == "Running"}
     assert running == set(planned)  # only Running nodes are planned
     # the cluster step itself probed nothing: no on-node finding and no probe record yet
     assert not any(f.check.startswith("probe.") for f in store.open_findings(cluster.arn).values())
@@ -108,7 +124,7 @@ def test_probe_batches_store_on_node_findings_and_the_rotation_clock(world):
     cluster = demo.eks
     plan = handlers.sweep_cluster(sweep_input(cluster), sweep_context())
 
-    results = [handlers.probe_batch(b, sweep_context()) for b in plan["batches"]]
+    results = [handlers.probe_batch(b, sweep_context()) for b in map_items(plan)]
 
     assert all(r["status"] == "processed" for r in results)
     stored = store.open_findings(cluster.arn)
@@ -120,7 +136,7 @@ def test_probe_batches_store_on_node_findings_and_the_rotation_clock(world):
     assert xid_node in probed
     # the system node has no agent behind the fake Session Manager: unknown, never "probed"
     system = cluster.nodes["system"][0]
-    planned = {iid for b in plan["batches"] for iid in batch_nodes(b)}
+    planned = {iid for b in map_items(plan) for iid in batch_nodes(store, b)}
     assert system in planned and system not in probed
     assert any(f.check == "probe.session" and f.instance_id == system for f in stored.values())
     assert sum(r["probed"] for r in results) == len(probed)
@@ -130,7 +146,7 @@ def test_a_batch_resolves_nothing_on_nodes_it_did_not_probe(world):
     demo, store = world
     cluster = demo.eks
     plan = handlers.sweep_cluster(sweep_input(cluster), sweep_context())
-    for batch in plan["batches"]:
+    for batch in map_items(plan):
         handlers.probe_batch(batch, sweep_context())
     xid_node = cluster.nodes["gpu-workers"][1]
     other = cluster.nodes["gpu-workers"][0]
@@ -138,7 +154,7 @@ def test_a_batch_resolves_nothing_on_nodes_it_did_not_probe(world):
     assert before
 
     # WHEN a later batch probes only another node
-    [descriptor] = [n for b in plan["batches"] for n in b["nodes"] if n["instance_id"] == other]
+    [descriptor] = [n for b in map_items(plan) for n in descriptors(store, b) if n["instance_id"] == other]
     result = handlers.probe_batch(
         {"cluster_arn": cluster.arn, "cluster_name": cluster.name, "sweep_id": "sweep-2", "nodes": [descriptor]},
         sweep_context(),
@@ -163,9 +179,9 @@ def test_the_next_sweep_plans_the_nodes_the_last_one_did_not_reach(world, monkey
     for _ in range(2):
         plan = handlers.sweep_cluster(sweep_input(cluster), sweep_context())
         assert plan["status"] == "processed"
-        for batch in plan["batches"]:
+        for batch in map_items(plan):
             handlers.probe_batch(batch, sweep_context())
-        rounds.append([iid for b in plan["batches"] for iid in batch_nodes(b)])
+        rounds.append([iid for b in map_items(plan) for iid in batch_nodes(store, b)])
 
     worker = cluster.nodes["worker-group-1"][0]
     controller = cluster.nodes["controller-machine"][0]
@@ -228,3 +244,14 @@ def test_probing_disabled_plans_no_batches(world, monkeypatch):
     result = handlers.sweep_cluster(sweep_input(demo.eks), sweep_context())
 
     assert result["status"] == "processed" and result["batches"] == [] and result["rotation"] is None
+
+
+def test_a_batch_reference_that_names_no_stored_plan_is_rejected_with_its_reason(world):
+    demo, _ = world
+    cluster = demo.eks
+    item = {"cluster_arn": cluster.arn, "cluster_name": cluster.name, "sweep_id": "never-ran", "batch": 3}
+    result = handlers.probe_batch(item, sweep_context())
+    assert result["status"] == "rejected"
+    assert "no stored plan batch 3 of sweep 'never-ran'" in result["errors"][0]["error"]
+    both = {**item, "nodes": [{"instance_id": cluster.nodes["gpu-workers"][0]}]}
+    assert handlers.probe_batch(both, sweep_context())["status"] == "rejected"

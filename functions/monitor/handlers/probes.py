@@ -27,9 +27,17 @@ from hyperpod_debugger.triage import run_probe_batch
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     env = sweep_env()
     options = ProbeOptions(rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S, documents=env.session_documents)
+    aws = clients(env.AWS_REGION)
+    store = FindingStore(aws, env.FINDINGS_TABLE)
     try:
         batch = ProbeBatch.model_validate(event)
-        request = sweep.batch_request(batch.cluster_arn, batch.nodes, region=env.AWS_REGION, now=now(), options=options)
+        nodes = batch.nodes
+        if batch.batch is not None:
+            nodes = store.plan_batch(batch.cluster_arn, batch.sweep_id, batch.batch)
+            if nodes is None:
+                error = f"no stored plan batch {batch.batch} of sweep {batch.sweep_id!r} (expired, or never written)"
+                raise ValueError(error)
+        request = sweep.batch_request(batch.cluster_arn, nodes or [], region=env.AWS_REGION, now=now(), options=options)
     except ValidationError as exc:
         logger.error("probe batch rejected", errors=validation_errors(exc))
         return {"status": "rejected", "errors": validation_errors(exc)}
@@ -37,10 +45,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         errors = [{"at": "nodes", "error": str(exc)}]
         logger.error("probe batch rejected", errors=errors)
         return {"status": "rejected", "errors": errors}
-    aws = clients(env.AWS_REGION)
-    result = sweep.probe_batch(
-        request, probe=lambda req: run_probe_batch(req, aws), store=FindingStore(aws, env.FINDINGS_TABLE)
-    )
+    result = sweep.probe_batch(request, probe=lambda req: run_probe_batch(req, aws), store=store)
     if result.status != "processed":
         logger.error("probe batch failed", cluster=batch.cluster_arn, error=result.error)
         return result.response()

@@ -4,6 +4,7 @@ inner Map."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -34,6 +35,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         errors = validation_errors(exc)
         logger.error("sweep input rejected", errors=errors)
         return {"status": "rejected", "reason": errors[0]["error"], "errors": errors, "batches": []}
+    sweep_id = item.sweep_id or f"manual-{uuid.uuid4()}"  # a direct invocation still stores a plan it can name
     if not env.allows(item.cluster_name, item.cluster_arn):
         return {"status": "skipped", "cluster": item.cluster, "reason": "not in CLUSTER_ALLOWLIST", "batches": []}
     aws = clients(env.AWS_REGION)
@@ -55,7 +57,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         triage=lambda req: triage_with_observation(req, aws),
         store=FindingStore(aws, env.FINDINGS_TABLE),
         settings=settings if env.PROBE_ENABLED else None,
-        sweep_id=item.sweep_id,
+        sweep_id=sweep_id,
     )
     if result.status != "processed":
         logger.error("sweep triage failed", cluster=item.cluster, error=result.error)

@@ -102,6 +102,10 @@ class SweepStore(Protocol):
 
     def record_probed(self, cluster_arn: str, instance_ids: list[str], now: datetime) -> object: ...
 
+    def put_plan(self, cluster_arn: str, sweep_id: str, batches: list[list[dict[str, Any]]], now: datetime) -> int: ...
+
+    def plan_batch(self, cluster_arn: str, sweep_id: str, batch: int) -> list[dict[str, Any]] | None: ...
+
 
 @dataclass
 class SweepResult:
@@ -112,9 +116,11 @@ class SweepResult:
     cluster_arn: str = ""
     transitions: list[Transition] = field(default_factory=list)
     plan: RotationPlan | None = None
-    batches: list[dict[str, Any]] = field(default_factory=list)
+    #: the stored plan's batch numbers: the state machine carries these, never node lists
+    batches: list[int] = field(default_factory=list)
     error: str | None = None
     summary: dict[str, Any] | None = None
+    sweep_id: str = ""
 
     def response(self) -> dict[str, Any]:
         if self.status != "processed":
@@ -125,6 +131,7 @@ class SweepResult:
             "cluster_arn": self.cluster_arn,
             "transitions": kinds(self.transitions),
             "rotation": self.plan.summary() if self.plan else None,
+            "sweep_id": self.sweep_id,
             "batches": self.batches,
         }
 
@@ -155,11 +162,16 @@ def sweep_cluster(
     present = frozenset(n.instance_id for n in obs.nodes.value or ()) if obs.nodes.available else None
     plan = plan_sweep(store.open_findings(arn), report, now, nodes_present=present, trigger=SWEEP)
     transitions = store.apply(plan, now)
-    result = SweepResult("processed", report.cluster.name, arn, transitions, summary=report.summary.model_dump())
+    result = SweepResult(
+        "processed", report.cluster.name, arn, transitions, summary=report.summary.model_dump(), sweep_id=sweep_id
+    )
     if settings is not None:
-        result.plan, result.batches = plan_probe_batches(
+        result.plan, items = plan_probe_batches(
             report, obs, store.open_findings(arn), store.last_probed(arn), now, settings=settings, sweep_id=sweep_id
         )
+        # the plan goes to the table; the state machine carries only the batch numbers
+        store.put_plan(arn, sweep_id, [item["nodes"] for item in items], now)
+        result.batches = list(range(len(items)))
     return result
 
 

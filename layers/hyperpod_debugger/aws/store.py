@@ -46,6 +46,8 @@ from hyperpod_debugger.lifecycle.findings import (
 
 HISTORY_TTL = timedelta(days=90)
 PROBED_TTL = timedelta(days=7)
+#: A sweep's stored probe plan is read within the sweep; kept a day for inspection.
+PLAN_TTL = timedelta(days=1)
 #: BatchWriteItem takes at most 25 requests; unprocessed ones are sent again this many times.
 BATCH_WRITE_SIZE = 25
 BATCH_WRITE_ROUNDS = 5
@@ -62,6 +64,10 @@ def cluster_pk(cluster_arn: str) -> str:
 
 def finding_sk(fingerprint: str) -> str:
     return f"FINDING#{fingerprint}"
+
+
+def _plan_key(cluster_arn: str, sweep_id: str, batch: int) -> dict[str, str]:
+    return {"pk": f"PLAN#{cluster_arn}", "sk": f"{sweep_id}#{batch:05d}"}
 
 
 def node_pk(node: str) -> str:
@@ -308,6 +314,44 @@ class FindingStore:
 
     # --- writes --------------------------------------------------------------------------
 
+    def put_plan(self, cluster_arn: str, sweep_id: str, batches: list[list[dict[str, Any]]], now: datetime) -> int:
+        """Store one sweep's probe plan, one item per batch of node descriptors (what each probe step reads by
+        reference: the state machine carries batch numbers only). Expires after a day."""
+        expires = _epoch(now + PLAN_TTL)
+        requests = [
+            {
+                "PutRequest": {
+                    "Item": typed(
+                        {
+                            **_plan_key(cluster_arn, sweep_id, n),
+                            "item_type": "PLAN",
+                            "nodes": nodes,
+                            "expires_at": expires,
+                        }
+                    )
+                }
+            }
+            for n, nodes in enumerate(batches)
+        ]
+        return self._batch_write(requests)
+
+    def plan_batch(self, cluster_arn: str, sweep_id: str, batch: int) -> list[dict[str, Any]] | None:
+        """The node descriptors of one stored plan batch; None when there is no such batch (expired, or never
+        written)."""
+        raw = call(
+            self._ddb,
+            "dynamodb:GetItem",
+            "get_item",
+            TableName=self.table,
+            Key=typed(_plan_key(cluster_arn, sweep_id, batch)),
+            ConsistentRead=True,
+        )
+        item = raw.get("Item")
+        if not item:
+            return None
+        nodes = plain(item).get("nodes")
+        return [dict(n) for n in nodes] if isinstance(nodes, list) else None
+
     def record_probed(self, cluster_arn: str, instance_ids: list[str], now: datetime) -> int:
         """Remember that these nodes were probed at ``now``; returns how many records were written."""
         at = iso(now)
@@ -328,6 +372,10 @@ class FindingStore:
             }
             for iid in dict.fromkeys(instance_ids)
         ]
+        return self._batch_write(requests)
+
+    def _batch_write(self, requests: list[dict[str, Any]]) -> int:
+        """BatchWriteItem in pages of 25, sending back what DynamoDB left unprocessed; how many were written."""
         written = 0
         for start in range(0, len(requests), BATCH_WRITE_SIZE):
             pending = requests[start : start + BATCH_WRITE_SIZE]
