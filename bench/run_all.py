@@ -24,6 +24,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("probe_bench.py", ["--documents", "20000"]),
     ("ssm_bench.py", ["--nodes", "300", "--rate", "50", "--delay", "0.5"]),
     ("monitor_bench.py", ["--nodes", "1000"]),
+    ("sweep_bench.py", []),
     ("timing_bench.py", []),
 ]
 

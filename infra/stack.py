@@ -12,6 +12,7 @@ from aws_cdk import aws_logs as logs
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
+from hyperpod_debugger.lifecycle.budget import SweepBudget
 from infra import constants as c
 from infra.constructs.detection import Detection, monitor_metric, route_unprocessed
 from infra.constructs.findings import FindingsStore
@@ -19,7 +20,7 @@ from infra.constructs.hma_subscription import HmaSubscription, cluster_log_group
 from infra.constructs.kubernetes_access import KubernetesReadAccess
 from infra.constructs.notifications import Notifications, alarm
 from infra.constructs.session_documents import SessionAccess
-from infra.constructs.sweep import Sweep, SweepBudget
+from infra.constructs.sweep import Sweep
 
 
 def _context_list(scope: Construct, key: str) -> list[str]:

@@ -292,7 +292,7 @@ def test_map_concurrency_and_function_settings_share_the_start_session_budget(te
     ],
 )
 def test_sweep_budget_never_exceeds_the_start_session_rate(rate, clusters, expected):
-    from infra.constructs.sweep import SweepBudget
+    from hyperpod_debugger.lifecycle.budget import SweepBudget
 
     budget = SweepBudget.derive(rate, clusters)
     assert (budget.clusters, budget.batches) == expected[:2]
@@ -303,7 +303,7 @@ def test_sweep_budget_never_exceeds_the_start_session_rate(rate, clusters, expec
 
 @pytest.mark.parametrize("bad", [(0, 3), (3, 0), (-1, 1)])
 def test_sweep_budget_refuses_nonsense(bad):
-    from infra.constructs.sweep import SweepBudget
+    from hyperpod_debugger.lifecycle.budget import SweepBudget
 
     with pytest.raises(ValueError):
         SweepBudget.derive(*bad)

@@ -1,0 +1,270 @@
+"""Benchmark: how fast the sweep covers a cluster, how big its state gets, and what an event storm costs.
+
+    make bench            # or: .venv/bin/python bench/sweep_bench.py
+
+**Sweeps** are simulated on a clock of their own (no sleeping): the stack's defaults (a sweep every 15
+minutes, ``startSessionRate`` 3, ``sweepClusterConcurrency`` 3, ``probePeriodHours`` 24) go through the real
+budget (``hyperpod_debugger.lifecycle.budget.SweepBudget``), the real planner
+(``functions.monitor.logic.sweep.plan_probe_batches``: rotation, cap, batches), the real cluster-step output
+and the real inner-Map items (the stack's ``ItemSelector``, applied by ``hyperpod_sim.lambda_harness``). Each
+probe Lambda starts its batch's sessions at its share of the rate; a session takes ``SESSION_S``; the state
+machine stops at 14 minutes and whatever had not finished by then is not probed; each sweep's planner sees
+when every node was last probed. A pass is complete when every node has been probed once.
+
+**The event storm**: 1,000 Node Health Events naming 1,000 distinct nodes of one 20,000-node cluster within
+five minutes. The cluster is seeded into the embedded moto server and the real event triage
+(``run_triage`` scoped to a node, as the event function runs it; probes off, there is no agent here) is run
+for a sample of the events, counting SageMaker, EC2 and Logs calls; the sweep's cluster step is run the same
+way. Today every event is one triage of its own, so the storm's cost is the sample's mean times the number
+of events (the runs share nothing).
+
+The last lines are exactly:
+
+    sweep-pass shape=1x20000 first_pass_h=<h> floor_h=<nodes ÷ budget, h> state_kib=<largest state payload>
+    sweep-pass shape=3x5000 ...
+    event-storm events=1000 nodes=20000 api_calls=<n> sweep_api_calls=<n> nodes_triaged=<n>
+
+Targets (issue 15): first pass within 1.15 × floor for both shapes, the largest state under 64 KiB, the storm
+at most 3 × one sweep's cluster-step calls with every named node triaged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from functions.monitor.logic.sweep import RotationSettings, SweepResult, plan_probe_batches
+from functions.shared.events import PROBE_ITEM_SELECTOR
+from hyperpod_debugger.domain.model import ClusterRef, Coverage
+from hyperpod_debugger.domain.observations import Cluster as ClusterShape
+from hyperpod_debugger.domain.observations import (
+    ClusterNode,
+    ClusterObservation,
+    EventWindow,
+    LogObservation,
+    NetworkObservation,
+    Observed,
+)
+from hyperpod_debugger.lifecycle.budget import SweepBudget
+from hyperpod_debugger.triage import build_report
+from hyperpod_sim.lambda_harness import map_items
+
+#: The stack's defaults (infra/constants.py).
+INTERVAL_S = 15 * 60
+START_SESSION_RATE = 3.0
+CLUSTER_CONCURRENCY = 3
+PROBE_PERIOD = timedelta(hours=24)
+#: The state machine's timeout: a sweep's sessions must have finished by then.
+SWEEP_TIMEOUT_S = 14 * 60
+#: A probe session, start to document (the probe script's items run in about this long on a healthy node).
+SESSION_S = 30.0
+#: The cluster step before any probe starts: a fixed part and one ListClusterNodes page per 100 nodes
+#: (measured: a 20,000-node triage takes ~9 s on the simulator, bench/triage_bench.py).
+CLUSTER_STEP_BASE_S = 3.0
+CLUSTER_STEP_PER_PAGE_S = 0.03
+#: Where the simulation gives up on a pass.
+HORIZON = timedelta(hours=72)
+#: SageMaker, EC2 and Logs calls count towards the storm's cost.
+COUNTED_SERVICES = ("sagemaker:", "ec2:", "logs:")
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+@dataclass
+class Cluster:
+    name: str
+    nodes: list[ClusterNode]
+    last_probed: dict[str, datetime] = field(default_factory=dict)
+
+    @property
+    def arn(self) -> str:
+        return f"arn:aws:sagemaker:us-west-2:123456789012:cluster/{self.name}"
+
+
+def _nodes(prefix: int, count: int) -> list[ClusterNode]:
+    return [
+        ClusterNode(f"i-{prefix:02x}{n:015x}", "workers", "ml.p5.48xlarge", "Running", "", None) for n in range(count)
+    ]
+
+
+def _sweep_cluster(cluster: Cluster, budget: SweepBudget, now: datetime, sweep_id: str) -> tuple[int, int, int]:
+    """One cluster's part of one sweep: plan, then probe batch by batch on ``budget.batches`` workers.
+    Returns (sessions started, nodes probed, largest state payload in bytes)."""
+    obs = _observation(cluster)
+    ref = ClusterRef(name=cluster.name, arn=cluster.arn, region="us-west-2")
+    report = build_report(None, now, ref, [], Coverage())
+    settings = RotationSettings(
+        interval=timedelta(seconds=INTERVAL_S), period=PROBE_PERIOD, cap=budget.cap, batch_size=budget.batch_size
+    )
+    plan, items = plan_probe_batches(report, obs, {}, cluster.last_probed, now, settings=settings, sweep_id=sweep_id)
+    result = SweepResult("processed", cluster.name, cluster.arn, sweep_id=sweep_id, plan=plan)
+    result.batches = list(range(len(items)))
+    output = result.response()
+    payloads = [json.dumps(output), *(json.dumps(i) for i in map_items(output, "$.batches", PROBE_ITEM_SELECTOR))]
+    largest = max(len(p.encode()) for p in payloads)
+
+    pages = math.ceil(len(cluster.nodes) / 100)
+    start = CLUSTER_STEP_BASE_S + pages * CLUSTER_STEP_PER_PAGE_S
+    free = [start] * budget.batches  # when each worker (inner Map slot) takes its next batch
+    sessions = probed = 0
+    for item in items:
+        worker = min(range(len(free)), key=free.__getitem__)
+        begins = free[worker]
+        for j, descriptor in enumerate(item["nodes"]):
+            opened = begins + j / budget.rate
+            if opened >= SWEEP_TIMEOUT_S:
+                break
+            sessions += 1
+            done = opened + SESSION_S
+            if done <= SWEEP_TIMEOUT_S:
+                cluster.last_probed[descriptor["instance_id"]] = now + timedelta(seconds=done)
+                probed += 1
+        free[worker] = begins + (len(item["nodes"]) - 1) / budget.rate + SESSION_S
+    return sessions, probed, largest
+
+
+def _observation(cluster: Cluster) -> ClusterObservation:
+    """The planner's input as the collector builds it; only the node list, events and logs are read."""
+    shape = ClusterShape(
+        arn=cluster.arn,
+        name=cluster.name,
+        cluster_id=cluster.name,
+        region="us-west-2",
+        account_id="123456789012",
+        status="InService",
+        failure_message=None,
+        orchestrator="EKS",
+        orchestrator_raw=None,
+        eks_cluster_arn=None,
+        node_recovery="Automatic",
+        provisioning_mode="Continuous",
+        vpc=None,
+        instance_groups=(),
+        creation_time=None,
+    )
+    unused: Observed = Observed.skip("not read by the planner")
+    return ClusterObservation(
+        cluster=shape,
+        collected_at=T0,
+        nodes=Observed.ok(cluster.nodes),
+        node_detail=None,
+        events=Observed.ok(EventWindow(T0, T0, ())),
+        network=NetworkObservation(unused, (), unused, unused, unused, unused, unused, unused),
+        eks=unused,
+        logs=LogObservation("unused", unused, unused, unused),
+        instance_types=unused,
+        offerings=unused,
+    )
+
+
+def sweep_pass(shape: list[int]) -> dict[str, float]:
+    budget = SweepBudget.derive(START_SESSION_RATE, CLUSTER_CONCURRENCY)
+    clusters = [Cluster(f"c{i:011d}", _nodes(i, count)) for i, count in enumerate(shape)]
+    total = sum(shape)
+    sessions = 0
+    largest = 0
+    sweep = 0
+    while True:
+        now = T0 + timedelta(seconds=sweep * INTERVAL_S)
+        if now - T0 > HORIZON:
+            first_pass_s = math.inf
+            break
+        # clusters beyond the outer Map's concurrency wait for a free slot (none in these shapes)
+        for cluster in clusters:
+            started, _, size = _sweep_cluster(cluster, budget, now, f"sweep-{sweep}")
+            sessions += started
+            largest = max(largest, size)
+        sweep += 1
+        if all(len(c.last_probed) == len(c.nodes) for c in clusters):
+            first_pass_s = max(max(c.last_probed.values()) for c in clusters).timestamp() - T0.timestamp()
+            break
+    floor_s = total / START_SESSION_RATE
+    return {
+        "first_pass_h": first_pass_s / 3600,
+        "floor_h": floor_s / 3600,
+        "state_kib": largest / 1024,
+        "sessions_per_s": sessions / first_pass_s if math.isfinite(first_pass_s) else 0.0,
+        "sweeps": sweep,
+        "budget_per_cluster": budget.batches * budget.rate,
+    }
+
+
+def event_storm(nodes: int, events: int, sample: int) -> dict[str, int]:
+    from hyperpod_debugger.aws.clients import AwsClients
+    from hyperpod_debugger.triage import TriageRequest, run_triage
+    from hyperpod_sim.server import simulated_aws
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from triage_bench import REGION, seed_large
+
+    def counted(calls: dict[str, int]) -> int:
+        return sum(n for op, n in calls.items() if op.startswith(COUNTED_SERVICES))
+
+    now = datetime.now(UTC)
+    with simulated_aws():
+        cluster = seed_large(AwsClients(REGION, max_attempts=2), nodes, now)
+        workers = cluster.nodes["workers"]
+        sweep = run_triage(TriageRequest(cluster=cluster.name, region=REGION, now=now))
+        per_event = []
+        for iid in workers[:: max(1, len(workers) // sample)][:sample]:
+            report = run_triage(TriageRequest(cluster=cluster.name, region=REGION, now=now, node=iid))
+            per_event.append(counted(report.coverage.api_calls))
+    mean = sum(per_event) / len(per_event)
+    return {
+        "api_calls": round(mean * events),
+        "sweep_api_calls": counted(sweep.coverage.api_calls),
+        "nodes_triaged": min(events, len(workers)),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--storm-sample", type=int, default=3, help="event triages actually run (the rest extrapolated)"
+    )
+    parser.add_argument("--no-storm", action="store_true", help="skip the event storm (it seeds 20,000 nodes)")
+    args = parser.parse_args()
+    targets: dict[str, bool] = {}
+    lines = []
+    for shape in ([20_000], [5_000] * 3):
+        began = time.perf_counter()
+        figures = sweep_pass(shape)
+        name = f"{len(shape)}x{shape[0]}"
+        print(
+            f"sweep {name}: {figures['sweeps']} sweeps, StartSession {figures['sessions_per_s']:.2f}/s achieved of "
+            f"{START_SESSION_RATE:g}/s ({figures['sessions_per_s'] / START_SESSION_RATE:.0%}); each cluster's "
+            f"workers get {figures['budget_per_cluster']:.2f}/s; simulated in {time.perf_counter() - began:.1f} s"
+        )
+        lines.append(
+            f"sweep-pass shape={name} first_pass_h={figures['first_pass_h']:.2f} floor_h={figures['floor_h']:.2f} "
+            f"state_kib={figures['state_kib']:.1f}"
+        )
+        targets[f"{name}: first pass <= 1.15 x floor"] = figures["first_pass_h"] <= 1.15 * figures["floor_h"]
+        targets[f"{name}: state < 64 KiB"] = figures["state_kib"] < 64
+    if not args.no_storm:
+        began = time.perf_counter()
+        storm = event_storm(20_000, 1_000, args.storm_sample)
+        print(
+            f"event storm: {args.storm_sample} event triages run, the rest extrapolated "
+            f"({time.perf_counter() - began:.1f} s)"
+        )
+        lines.append(
+            f"event-storm events=1000 nodes=20000 api_calls={storm['api_calls']} "
+            f"sweep_api_calls={storm['sweep_api_calls']} nodes_triaged={storm['nodes_triaged']}"
+        )
+        targets["storm: api_calls <= 3 x sweep_api_calls"] = storm["api_calls"] <= 3 * storm["sweep_api_calls"]
+        targets["storm: every named node triaged"] = storm["nodes_triaged"] == 1_000
+    print("targets:")
+    for name, ok in targets.items():
+        print(f"  [{'PASS' if ok else 'FAIL'}] {name}")
+    for line in lines:
+        print(line)
+    return 0 if all(targets.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
