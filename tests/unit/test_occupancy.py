@@ -115,7 +115,7 @@ def test_a_node_whose_jobs_could_not_be_read_is_never_called_idle():
     unread: Observed = Observed.failed(ApiFailure("ssm:StartSession", "timeout", "controller session"))
     refined = refine([_node_finding(obs, "reboot")], obs, b.context(), occupancy={IID: unread})
     reboot = next(c for c in _commands(refined) if c.step == "reboot")
-    assert "what runs there was not read" in (reboot.blast_radius or "")
+    assert "stops whatever runs there (not read" in (reboot.blast_radius or "")
     assert "squeue -w ip-10-1-2-3" in (reboot.blast_radius or "") and "nothing runs" not in (reboot.blast_radius or "")
     (verdict,) = verdicts(refined, obs, b.context(), occupancy={IID: unread})
     assert verdict.occupancy and verdict.occupancy.startswith("not read (ssm:StartSession timed out)")

@@ -201,7 +201,7 @@ def _stops(target: Target, facts: NodeFacts, iid: str) -> str:
     """What a reboot or replacement of the node stops, as read (or that it was not read)."""
     if facts.read and facts.occupancy is not None and facts.occupancy.value is not None:
         return facts.occupancy.value.stopped_by_action()
-    return "what runs there was not read" + occupancy_line(target, facts, iid).removeprefix("not read")
+    return f"stops whatever runs there ({occupancy_line(target, facts, iid)})"
 
 
 def _already_drained(facts: NodeFacts) -> str | None:
