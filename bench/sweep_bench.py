@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from functions.monitor.logic.sweep import RotationSettings, SweepResult, plan_probe_batches
+from functions.monitor.logic.sweep import SweepResult, plan_probe_batches, schedule, settings_for
 from functions.shared.events import PROBE_ITEM_SELECTOR
 from hyperpod_debugger.domain.model import ClusterRef, Coverage
 from hyperpod_debugger.domain.observations import Cluster as ClusterShape
@@ -50,7 +50,8 @@ from hyperpod_debugger.domain.observations import (
     NetworkObservation,
     Observed,
 )
-from hyperpod_debugger.lifecycle.budget import SweepBudget
+from hyperpod_debugger.lifecycle import budget
+from hyperpod_debugger.lifecycle.findings import parse_iso
 from hyperpod_debugger.triage import build_report
 from hyperpod_sim.lambda_harness import map_items
 
@@ -59,8 +60,6 @@ INTERVAL_S = 15 * 60
 START_SESSION_RATE = 3.0
 CLUSTER_CONCURRENCY = 3
 PROBE_PERIOD = timedelta(hours=24)
-#: The state machine's timeout: a sweep's sessions must have finished by then.
-SWEEP_TIMEOUT_S = 14 * 60
 #: A probe session, start to document (the probe script's items run in about this long on a healthy node).
 SESSION_S = 30.0
 #: The cluster step before any probe starts: a fixed part and one ListClusterNodes page per 100 nodes
@@ -91,39 +90,47 @@ def _nodes(prefix: int, count: int) -> list[ClusterNode]:
     ]
 
 
-def _sweep_cluster(cluster: Cluster, budget: SweepBudget, now: datetime, sweep_id: str) -> tuple[int, int, int]:
-    """One cluster's part of one sweep: plan, then probe batch by batch on ``budget.batches`` workers.
-    Returns (sessions started, nodes probed, largest state payload in bytes)."""
-    obs = _observation(cluster)
-    ref = ClusterRef(name=cluster.name, arn=cluster.arn, region="us-west-2")
-    report = build_report(None, now, ref, [], Coverage())
-    settings = RotationSettings(
-        interval=timedelta(seconds=INTERVAL_S), period=PROBE_PERIOD, cap=budget.cap, batch_size=budget.batch_size
+def _sweep_cluster(cluster: Cluster, clusters: int, now: datetime, sweep_id: str) -> tuple[int, int, int]:
+    """One cluster's part of one sweep, as the cluster step and the probe steps run it: the share of the
+    budget taken when the checks end, the plan, its schedule (rounds), then every batch starting its sessions
+    at its rate inside its round. Returns (sessions started, nodes probed, largest state payload in bytes)."""
+    pages = math.ceil(len(cluster.nodes) / 100)
+    checks_s = CLUSTER_STEP_BASE_S + pages * CLUSTER_STEP_PER_PAGE_S
+    share = budget.share(
+        budget.usable_rate(START_SESSION_RATE),
+        clusters=clusters,
+        cluster_concurrency=CLUSTER_CONCURRENCY,
+        interval_s=INTERVAL_S,
+        elapsed_s=checks_s,
+        probe_timeout_s=budget.PROBE_TIMEOUT_S,
     )
-    plan, items = plan_probe_batches(report, obs, {}, cluster.last_probed, now, settings=settings, sweep_id=sweep_id)
+    settings = settings_for(share, interval=timedelta(seconds=INTERVAL_S), period=PROBE_PERIOD, began=now)
+    planned_at = now + timedelta(seconds=checks_s)
+    report = build_report(
+        None, planned_at, ClusterRef(name=cluster.name, arn=cluster.arn, region="us-west-2"), [], Coverage()
+    )
+    plan, items = plan_probe_batches(
+        report, _observation(cluster), {}, cluster.last_probed, planned_at, settings=settings, sweep_id=sweep_id
+    )
+    stored = schedule(items, settings, planned_at)
     result = SweepResult("processed", cluster.name, cluster.arn, sweep_id=sweep_id, plan=plan)
-    result.batches = list(range(len(items)))
+    result.batches = [{"batch": i, "at": entry["start_at"]} for i, entry in enumerate(stored)]
+    result.concurrency = share.concurrency
     output = result.response()
     payloads = [json.dumps(output), *(json.dumps(i) for i in map_items(output, "$.batches", PROBE_ITEM_SELECTOR))]
     largest = max(len(p.encode()) for p in payloads)
 
-    pages = math.ceil(len(cluster.nodes) / 100)
-    start = CLUSTER_STEP_BASE_S + pages * CLUSTER_STEP_PER_PAGE_S
-    free = [start] * budget.batches  # when each worker (inner Map slot) takes its next batch
     sessions = probed = 0
-    for item in items:
-        worker = min(range(len(free)), key=free.__getitem__)
-        begins = free[worker]
-        for j, descriptor in enumerate(item["nodes"]):
-            opened = begins + j / budget.rate
-            if opened >= SWEEP_TIMEOUT_S:
-                break
+    for entry in stored:  # every batch is in flight at once, each waiting for its round
+        start = (parse_iso(entry["start_at"]) - now).total_seconds()
+        stop = (parse_iso(entry["stop_at"]) - now).total_seconds()
+        for j, descriptor in enumerate(entry["nodes"]):
+            opened = start + j / entry["rate"]
+            if opened >= stop:
+                break  # the round closed: the rest stay due and lead the next plan
             sessions += 1
-            done = opened + SESSION_S
-            if done <= SWEEP_TIMEOUT_S:
-                cluster.last_probed[descriptor["instance_id"]] = now + timedelta(seconds=done)
-                probed += 1
-        free[worker] = begins + (len(item["nodes"]) - 1) / budget.rate + SESSION_S
+            cluster.last_probed[descriptor["instance_id"]] = now + timedelta(seconds=opened + SESSION_S)
+            probed += 1
     return sessions, probed, largest
 
 
@@ -162,7 +169,6 @@ def _observation(cluster: Cluster) -> ClusterObservation:
 
 
 def sweep_pass(shape: list[int]) -> dict[str, float]:
-    budget = SweepBudget.derive(START_SESSION_RATE, CLUSTER_CONCURRENCY)
     clusters = [Cluster(f"c{i:011d}", _nodes(i, count)) for i, count in enumerate(shape)]
     total = sum(shape)
     sessions = 0
@@ -173,23 +179,23 @@ def sweep_pass(shape: list[int]) -> dict[str, float]:
         if now - T0 > HORIZON:
             first_pass_s = math.inf
             break
-        # clusters beyond the outer Map's concurrency wait for a free slot (none in these shapes)
-        for cluster in clusters:
-            started, _, size = _sweep_cluster(cluster, budget, now, f"sweep-{sweep}")
+        for cluster in clusters:  # all at once: the shapes have at most sweepClusterConcurrency clusters
+            started, _, size = _sweep_cluster(cluster, len(clusters), now, f"sweep-{sweep}")
             sessions += started
             largest = max(largest, size)
         sweep += 1
         if all(len(c.last_probed) == len(c.nodes) for c in clusters):
             first_pass_s = max(max(c.last_probed.values()) for c in clusters).timestamp() - T0.timestamp()
             break
-    floor_s = total / START_SESSION_RATE
+    usable = budget.usable_rate(START_SESSION_RATE)
+    floor_s = total / usable
     return {
         "first_pass_h": first_pass_s / 3600,
         "floor_h": floor_s / 3600,
         "state_kib": largest / 1024,
         "sessions_per_s": sessions / first_pass_s if math.isfinite(first_pass_s) else 0.0,
         "sweeps": sweep,
-        "budget_per_cluster": budget.batches * budget.rate,
+        "usable": usable,
     }
 
 
@@ -236,8 +242,8 @@ def main() -> int:
         name = f"{len(shape)}x{shape[0]}"
         print(
             f"sweep {name}: {figures['sweeps']} sweeps, StartSession {figures['sessions_per_s']:.2f}/s achieved of "
-            f"{START_SESSION_RATE:g}/s ({figures['sessions_per_s'] / START_SESSION_RATE:.0%}); each cluster's "
-            f"workers get {figures['budget_per_cluster']:.2f}/s; simulated in {time.perf_counter() - began:.1f} s"
+            f"the {figures['usable']:.2f}/s budget ({figures['sessions_per_s'] / figures['usable']:.0%}; the account's "
+            f"{START_SESSION_RATE:g}/s less the headroom); simulated in {time.perf_counter() - began:.1f} s"
         )
         lines.append(
             f"sweep-pass shape={name} first_pass_h={figures['first_pass_h']:.2f} floor_h={figures['floor_h']:.2f} "

@@ -120,12 +120,14 @@ class SweepEnv(_Env, ClusterAllowlist, Sessions):
 
     FINDINGS_TABLE: str = Field(min_length=1)
     PROBE_ENABLED: bool = True
-    #: StartSession calls per second this sweep may use (the account allows about 3 in all).
-    START_SESSION_RATE: float = Field(default=3.0, gt=0)
-    #: Most nodes one sweep probes in one cluster (suspects first, then the longest unprobed).
-    PROBE_MAX_NODES: PositiveInt = 480
-    #: Nodes per probe Lambda (one Map item), sized so a batch ends well inside the Lambda's timeout.
-    PROBE_BATCH_SIZE: PositiveInt = 50
+    #: StartSession calls per second the sweep may use in all, shared at run time among the clusters it
+    #: covers (the account allows about 3; the stack leaves headroom for people's own sessions).
+    START_SESSION_RATE: float = Field(default=2.7, gt=0)
+    #: Clusters the sweep checks at once (the outer Map's MaxConcurrency): the budget is shared among them.
+    SWEEP_CLUSTER_CONCURRENCY: PositiveInt = 3
+    #: Optional caps below what the share allows: nodes one sweep probes in one cluster, nodes per batch.
+    PROBE_MAX_NODES: PositiveInt | None = None
+    PROBE_BATCH_SIZE: PositiveInt | None = None
     PROBE_TIMEOUT_S: float = Field(default=120.0, gt=0)
     #: Seconds between scheduled sweeps, and the period within which every Running node is probed.
     SWEEP_INTERVAL_S: PositiveInt = 900

@@ -12,6 +12,7 @@ with an odd instance id still triages its cluster.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
@@ -126,6 +127,11 @@ class SweepItem(BaseModel):
     cluster_arn: str = ""
     cluster_name: str = ""
     sweep_id: str = ""
+    #: how many clusters this sweep covers (the ListClusters page's length): the StartSession budget is
+    #: shared among them
+    clusters: int = Field(default=1, ge=1)
+    #: when the sweep's execution started: the probe rounds run until shortly before the next one
+    sweep_started: datetime | None = None
 
     @model_validator(mode="after")
     def _names_a_cluster(self) -> SweepItem:
@@ -151,6 +157,8 @@ class ProbeBatch(BaseModel):
     cluster_name: str = ""
     sweep_id: str = ""
     batch: int | None = Field(default=None, ge=0)
+    #: when the batch's round opens (the state machine waits for it before invoking the probe step)
+    start_at: str | None = None
     nodes: list[dict[str, Any]] | None = Field(default=None, min_length=1, max_length=500)
 
     @model_validator(mode="after")
@@ -166,7 +174,8 @@ class ProbeBatch(BaseModel):
 #: state carries only numbers, never node lists (the state machine's ``ItemSelector``; the simulator applies
 #: the same one).
 PROBE_ITEM_SELECTOR: dict[str, str] = {
-    "batch.$": "$$.Map.Item.Value",
+    "batch.$": "$$.Map.Item.Value.batch",
+    "start_at.$": "$$.Map.Item.Value.at",
     "cluster_arn.$": "$.cluster_arn",
     "cluster_name.$": "$.cluster",
     "sweep_id.$": "$.sweep_id",

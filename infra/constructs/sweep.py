@@ -4,14 +4,16 @@ checks, then probes that cluster's nodes in batches.
     ListClusters ─▶ EachCluster (Map) ─▶ more pages? ─▶ ListMoreClusters ─┐
                       │                     ▲                          │
                       │                     └──────────────────────────┘
-                      └─ CheckCluster (Lambda: API checks, rotation plan)
-                           └─ EachBatch (Map) ─ ProbeBatch (Lambda: probe ≤ batch-size nodes)
+                      └─ CheckCluster (Lambda: API checks, its share of the budget, the plan in the table)
+                           └─ EachBatch (Map) ─ WaitForRound ─ ProbeNodes (Lambda: one stored batch)
 
-The StartSession budget (context ``startSessionRate``, about 3 calls a second per account) is split
-into workers of about one call a second: ``clusters × batches`` probe Lambdas run at once and each
-gets ``rate / (clusters × batches)``. Batch size and the per-sweep cap follow from that rate so every
-Lambda ends well inside its timeout, and the rotation (``hyperpod_debugger.lifecycle.rotation``) probes every
-Running node at least once per ``probePeriodHours`` across successive sweeps.
+The StartSession budget (context ``startSessionRate``, about 3 calls a second per account, less a headroom
+for people's own sessions) is shared at run time (``hyperpod_debugger.lifecycle.budget.share``): each cluster
+step takes ``budget ÷ the clusters running at once`` of this page, splits it into workers of about one call a
+second, and plans one batch per worker per round; the rounds run from the end of its checks to shortly before
+the next sweep, each short enough for its Lambda to drain its sessions. The state carries batch numbers and
+round starts only; the rotation (``hyperpod_debugger.lifecycle.rotation``) probes every Running node at least
+once per ``probePeriodHours`` across successive sweeps, suspects first.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from constructs import Construct
 
 from functions.shared.events import PROBE_ITEM_SELECTOR
 from hyperpod_debugger.aws.iam import STORE_ACTIONS
-from hyperpod_debugger.lifecycle.budget import PROBE_TIMEOUT_S, SweepBudget
+from hyperpod_debugger.lifecycle.budget import PROBE_TIMEOUT_S, SweepBudget, usable_rate
 from infra.constants import GSI_BY_NODE, PROBE_BATCH_HANDLER, SWEEP_HANDLER
 from infra.constructs.python_function import PythonFunction
 
@@ -105,11 +107,12 @@ class Sweep(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.budget = budget
+        self.interval = interval
         environment = {
             **triage_environment(table, idempotency_table, cluster_allowlist),
-            "START_SESSION_RATE": f"{budget.rate:.3f}",
-            "PROBE_BATCH_SIZE": str(budget.batch_size),
-            "PROBE_MAX_NODES": str(budget.cap),
+            # the whole budget the sweep may use; each cluster step takes its share at run time
+            "START_SESSION_RATE": f"{usable_rate(budget.clusters * budget.batches * budget.rate):.3f}",
+            "SWEEP_CLUSTER_CONCURRENCY": str(budget.clusters),
             "PROBE_TIMEOUT_S": str(PROBE_TIMEOUT_S),
             "SWEEP_INTERVAL_S": str(int(interval.to_seconds())),
             "PROBE_PERIOD_S": str(int(probe_period.to_seconds())),
@@ -165,17 +168,19 @@ class Sweep(Construct):
         # A failed batch is not retried within the sweep: its nodes stay due and lead the next rotation.
         probe = self._invoke("ProbeNodes", self.probe_function, retry_failed=False)
         probe.add_catch(sfn.Pass(self, "BatchFailed"), errors=["States.ALL"], result_path="$.error")
-        # The cluster step stored the plan in the table: the items are batch numbers, and each probe step
-        # reads its nodes by (cluster, sweep, batch); no node list ever passes through the state.
+        # The cluster step stored the plan in the table: the items are batch numbers with their round's start,
+        # and each probe step reads its nodes by (cluster, sweep, batch); no node list passes through the state.
+        # Every batch is in flight at once (the cluster step says how many), each waiting for its round.
         each_batch = sfn.Map(
             self,
             "EachBatch",
             items_path="$.batches",
             item_selector=dict(PROBE_ITEM_SELECTOR),
-            max_concurrency=self.budget.batches,
+            max_concurrency_path="$.concurrency",
             result_path=sfn.JsonPath.DISCARD,
         )
-        each_batch.item_processor(probe)
+        wait = sfn.Wait(self, "WaitForRound", time=sfn.WaitTime.timestamp_path("$.start_at"))
+        each_batch.item_processor(wait.next(probe))
         # Keep the cluster's output small: the outer Map gathers one per cluster.
         done = sfn.Pass(self, "ClusterDone", parameters={"status.$": "$.status"})
         failed = sfn.Pass(self, "ClusterFailed", parameters={"status": "failed", "error.$": "$.error"})
@@ -194,6 +199,9 @@ class Sweep(Construct):
                 "cluster_name.$": "$$.Map.Item.Value.ClusterName",
                 "cluster_arn.$": "$$.Map.Item.Value.ClusterArn",
                 "sweep_id.$": "$$.Execution.Name",
+                # the budget is shared among the clusters of this page (pages run one after another)
+                "clusters.$": "States.ArrayLength($.page.ClusterSummaries)",
+                "sweep_started.$": "$$.Execution.StartTime",
             },
             result_path=sfn.JsonPath.DISCARD,
         )
@@ -209,7 +217,8 @@ class Sweep(Construct):
             self,
             "StateMachine",
             definition_body=sfn.DefinitionBody.from_chainable(self._build_definition()),
-            timeout=cdk.Duration.minutes(14),
+            # the last round's sessions may finish after the next sweep began (they stopped starting before)
+            timeout=self.interval.plus(cdk.Duration.seconds(PROBE_TIMEOUT_S)).plus(cdk.Duration.minutes(3)),
             tracing_enabled=True,
             logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=False),
         )

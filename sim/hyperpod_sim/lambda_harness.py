@@ -644,7 +644,8 @@ def map_items(
 ) -> list[dict[str, Any]]:
     """What a Step Functions ``Map`` state hands each iteration: ``item_selector`` applied to every item at
     ``items_path`` of the Map's input. Only the JSONPath forms the stack uses are understood: ``$.<key>`` (a
-    key of the Map's input), ``$$.Map.Item.Value`` and ``$$.Map.Item.Index``; anything else raises, so a
+    key of the Map's input), ``$$.Map.Item.Value`` (or a key of it, ``$$.Map.Item.Value.<key>``) and
+    ``$$.Map.Item.Index``; anything else raises, so a
     selector the stack changes cannot silently mean something else here."""
     if not items_path.startswith("$."):
         raise ValueError(f"unsupported ItemsPath {items_path!r}")
@@ -653,6 +654,11 @@ def map_items(
     def resolve(path: str, index: int, item: Any) -> Any:
         if path == "$$.Map.Item.Value":
             return item
+        if path.startswith("$$.Map.Item.Value.") and isinstance(item, Mapping):
+            key = path.removeprefix("$$.Map.Item.Value.")
+            if "." in key or key not in item:
+                raise KeyError(f"the Map's item has no {key!r} (States.Runtime on AWS)")
+            return item[key]
         if path == "$$.Map.Item.Index":
             return index
         if path.startswith("$.") and "." not in path[2:]:

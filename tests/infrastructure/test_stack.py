@@ -253,12 +253,24 @@ def test_sweep_pages_through_clusters_then_checks_and_probes_each_in_batches(tem
 
 
 def test_map_concurrency_and_function_settings_share_the_start_session_budget(template: Template, stack):
+    from hyperpod_debugger.lifecycle.budget import SESSION_HEADROOM
+
     budget = stack.sweep.budget
     states = _definition(template)["States"]
     each = states["EachCluster"]
     assert each["MaxConcurrency"] == budget.clusters == c.DEFAULT_CLUSTER_CONCURRENCY
-    assert each["ItemProcessor"]["States"]["EachBatch"]["MaxConcurrency"] == budget.batches
-    assert budget.clusters * budget.batches * budget.rate == pytest.approx(c.DEFAULT_START_SESSION_RATE)
+    # each cluster step shares the budget at run time among this page's clusters, from the sweep's start
+    assert each["ItemSelector"]["clusters.$"] == "States.ArrayLength($.page.ClusterSummaries)"
+    assert each["ItemSelector"]["sweep_started.$"] == "$$.Execution.StartTime"
+    inner = each["ItemProcessor"]["States"]["EachBatch"]
+    assert inner["MaxConcurrencyPath"] == "$.concurrency" and "MaxConcurrency" not in inner
+    # each batch waits for its round, then probes
+    processor = inner["ItemProcessor"]
+    assert processor["StartAt"] == "WaitForRound"
+    assert processor["States"]["WaitForRound"] == {"Type": "Wait", "TimestampPath": "$.start_at", "Next": "ProbeNodes"}
+    # the last round's sessions may end after the next sweep began: the execution outlives the interval
+    assert _definition(template)["TimeoutSeconds"] == 900 + 120 + 180
+    usable = c.DEFAULT_START_SESSION_RATE * (1 - SESSION_HEADROOM)
     for handler in (c.SWEEP_HANDLER, c.PROBE_BATCH_HANDLER):
         template.has_resource_properties(
             "AWS::Lambda::Function",
@@ -267,9 +279,8 @@ def test_map_concurrency_and_function_settings_share_the_start_session_budget(te
                 "Environment": {
                     "Variables": Match.object_like(
                         {
-                            "START_SESSION_RATE": f"{budget.rate:.3f}",
-                            "PROBE_BATCH_SIZE": str(budget.batch_size),
-                            "PROBE_MAX_NODES": str(budget.cap),
+                            "START_SESSION_RATE": f"{usable:.3f}",
+                            "SWEEP_CLUSTER_CONCURRENCY": str(budget.clusters),
                             "SWEEP_INTERVAL_S": "900",
                             "PROBE_PERIOD_S": "86400",
                         }
@@ -277,8 +288,6 @@ def test_map_concurrency_and_function_settings_share_the_start_session_budget(te
                 },
             },
         )
-    # a 20,000-node cluster fits the daily rotation: 96 sweeps a day, at most `cap` nodes each
-    assert budget.cap * 96 >= 20000
 
 
 @pytest.mark.parametrize(
@@ -653,15 +662,16 @@ def customized(tmp_path_factory):
 
 def test_context_drives_concurrency_schedule_allowlist_and_subscriptions(customized: Template):
     each = _definition(customized)["States"]["EachCluster"]
-    # 7 calls a second: 3 clusters at once, 2 batches each, 7/6 calls a second per probe Lambda
+    # 7 calls a second: 3 clusters at once, sharing 90 % of 7 at run time
     assert each["MaxConcurrency"] == 3
-    assert each["ItemProcessor"]["States"]["EachBatch"]["MaxConcurrency"] == 2
     customized.has_resource_properties(
         "AWS::Lambda::Function",
         {
             "Handler": c.PROBE_BATCH_HANDLER,
             "Environment": {
-                "Variables": Match.object_like({"START_SESSION_RATE": "1.167", "SWEEP_INTERVAL_S": "3600"})
+                "Variables": Match.object_like(
+                    {"START_SESSION_RATE": "6.300", "SWEEP_CLUSTER_CONCURRENCY": "3", "SWEEP_INTERVAL_S": "3600"}
+                )
             },
         },
     )

@@ -303,9 +303,9 @@ def test_a_stored_plan_is_read_back_batch_by_batch_and_expires(store, clients, n
     from hyperpod_debugger.lifecycle.rotation import describe_node
 
     nodes = [describe_node(scenarios_node(n)) for n in range(60 * 50)]
-    batches = [nodes[i : i + 50] for i in range(0, len(nodes), 50)]
+    batches = [{"nodes": nodes[i : i + 50], "rate": 0.9, "slots": 56} for i in range(0, len(nodes), 50)]
     assert store.put_plan(ARN, "sweep-9", batches, now) == 60  # more than one BatchWriteItem page
-    assert store.plan_batch(ARN, "sweep-9", 59) == batches[59]
+    assert store.plan_batch(ARN, "sweep-9", 59) == batches[59]  # the rate comes back a float, the slots an int
     assert store.plan_batch(ARN, "sweep-9", 60) is None and store.plan_batch(ARN, "other", 0) is None
     (item,) = [i for i in raw(clients, f"PLAN#{ARN}", "sweep-9#00000")]
     assert item["item_type"] == {"S": "PLAN"} and int(item["expires_at"]["N"]) > now.timestamp()

@@ -89,9 +89,9 @@ def map_items(cluster_output: dict) -> list[dict]:
 
 def descriptors(store: FindingStore, item: dict) -> list[dict]:
     """The node descriptors the cluster step stored for one Map item."""
-    nodes = store.plan_batch(item["cluster_arn"], item["sweep_id"], item["batch"])
-    assert nodes is not None, item
-    return nodes
+    stored = store.plan_batch(item["cluster_arn"], item["sweep_id"], item["batch"])
+    assert stored is not None, item
+    return stored["nodes"]
 
 
 def batch_nodes(store: FindingStore, item: dict) -> list[str]:
@@ -106,7 +106,9 @@ def test_cluster_step_plans_batches_of_running_nodes_without_probing_them(world)
 
     assert result["status"] == "processed" and result["cluster_arn"] == cluster.arn
     # the state carries batch numbers only; the nodes are in the table, under the sweep's id
-    assert result["batches"] == list(range(len(result["batches"]))) and result["sweep_id"] == "sweep-1"
+    assert [b["batch"] for b in result["batches"]] == list(range(len(result["batches"])))
+    assert result["sweep_id"] == "sweep-1" and all(b["at"].endswith("Z") for b in result["batches"])
+    assert result["concurrency"] >= 1
     batches = map_items(result)
     assert batches and all(1 <= len(descriptors(store, b)) <= 2 for b in batches)  # PROBE_BATCH_SIZE
     assert all(b["cluster_arn"] == cluster.arn and b["sweep_id"] == "sweep-1" for b in batches)

@@ -31,7 +31,9 @@ def test_a_20000_node_plan_passes_through_the_state_machine_as_numbers():
     plan, items = plan_probe_batches(report, obs, {}, {}, b.context().now, settings=settings, sweep_id="s-1")
     assert len(plan.nodes) == NODES and len(items) == NODES // 50
     inline = len(json.dumps(items))
-    result = SweepResult("processed", "c", ARN, sweep_id="s-1", plan=plan, batches=list(range(len(items))))
+    at = "2026-12-01T00:00:05Z"
+    batches = [{"batch": i, "at": at} for i in range(len(items))]
+    result = SweepResult("processed", "c", ARN, sweep_id="s-1", plan=plan, batches=batches, concurrency=6)
     output = json.dumps(result.response())
     per_item = [json.dumps(item) for item in map_items(result.response(), "$.batches", PROBE_ITEM_SELECTOR)]
     assert len(output) < 64 * 1024, len(output)

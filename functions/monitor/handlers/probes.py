@@ -3,6 +3,7 @@ write what changed for them, and remember when each was probed (the rotation's c
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -16,6 +17,7 @@ from functions.shared.env import sweep_env
 from functions.shared.events import ProbeBatch
 from functions.shared.observability import logger, metrics, tracer
 from hyperpod_debugger.aws.store import FindingStore
+from hyperpod_debugger.lifecycle.findings import parse_iso
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.triage import run_probe_batch
 
@@ -33,10 +35,18 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         batch = ProbeBatch.model_validate(event)
         nodes = batch.nodes
         if batch.batch is not None:
-            nodes = store.plan_batch(batch.cluster_arn, batch.sweep_id, batch.batch)
-            if nodes is None:
+            stored = store.plan_batch(batch.cluster_arn, batch.sweep_id, batch.batch)
+            if stored is None:
                 error = f"no stored plan batch {batch.batch} of sweep {batch.sweep_id!r} (expired, or never written)"
                 raise ValueError(error)
+            nodes = stored["nodes"]
+            # the batch runs as the cluster step scheduled it: its share of the rate, its slots, its round
+            options = replace(
+                options,
+                rate=float(stored.get("rate") or options.rate),
+                concurrency=int(stored.get("slots") or options.concurrency),
+                start_until=parse_iso(stored["stop_at"]) if stored.get("stop_at") else None,
+            )
         request = sweep.batch_request(batch.cluster_arn, nodes or [], region=env.AWS_REGION, now=now(), options=options)
     except ValidationError as exc:
         logger.error("probe batch rejected", errors=validation_errors(exc))

@@ -19,6 +19,7 @@ from functions.shared.env import sweep_env
 from functions.shared.events import SweepItem
 from functions.shared.observability import logger, metrics, tracer
 from hyperpod_debugger.aws.store import FindingStore
+from hyperpod_debugger.lifecycle import budget
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.triage import TriageRequest, triage_with_observation
 
@@ -34,23 +35,43 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except ValidationError as exc:
         errors = validation_errors(exc)
         logger.error("sweep input rejected", errors=errors)
-        return {"status": "rejected", "reason": errors[0]["error"], "errors": errors, "batches": []}
+        return {"status": "rejected", "reason": errors[0]["error"], "errors": errors, "batches": [], "concurrency": 1}
     sweep_id = item.sweep_id or f"manual-{uuid.uuid4()}"  # a direct invocation still stores a plan it can name
     if not env.allows(item.cluster_name, item.cluster_arn):
-        return {"status": "skipped", "cluster": item.cluster, "reason": "not in CLUSTER_ALLOWLIST", "batches": []}
+        return {
+            "status": "skipped",
+            "cluster": item.cluster,
+            "reason": "not in CLUSTER_ALLOWLIST",
+            "batches": [],
+            "concurrency": 1,
+        }
     aws = clients(env.AWS_REGION)
-    settings = sweep.RotationSettings(
+    started = now()
+    began = item.sweep_started or started
+    # this cluster's share of the StartSession budget in this sweep, decided now that its checks are done
+    # (the checks run first, in sweep_cluster; the share's rounds start from the time the plan is made)
+    share = budget.share(
+        env.START_SESSION_RATE,
+        clusters=item.clusters,
+        cluster_concurrency=env.SWEEP_CLUSTER_CONCURRENCY,
+        interval_s=env.SWEEP_INTERVAL_S,
+        elapsed_s=(started - began).total_seconds(),
+        probe_timeout_s=env.PROBE_TIMEOUT_S,
+    )
+    settings = sweep.settings_for(
+        share,
         interval=timedelta(seconds=env.SWEEP_INTERVAL_S),
         period=timedelta(seconds=env.PROBE_PERIOD_S),
-        cap=env.PROBE_MAX_NODES,
-        batch_size=env.PROBE_BATCH_SIZE,
+        began=began,
+        max_nodes=env.PROBE_MAX_NODES,
+        max_batch=env.PROBE_BATCH_SIZE,
     )
     # max_nodes=0: on Slurm the controller is still read through a session; node probes come in batches.
     options = ProbeOptions(
         max_nodes=0, rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S, documents=env.session_documents
     )
     request = TriageRequest(
-        cluster=item.cluster, region=env.AWS_REGION, now=now(), probe=env.PROBE_ENABLED, probe_options=options
+        cluster=item.cluster, region=env.AWS_REGION, now=started, probe=env.PROBE_ENABLED, probe_options=options
     )
     result = sweep.sweep_cluster(
         request,

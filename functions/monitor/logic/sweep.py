@@ -11,12 +11,14 @@ from typing import Any, Protocol
 
 from hyperpod_debugger.domain.model import TriageReport
 from hyperpod_debugger.domain.observations import ClusterObservation
+from hyperpod_debugger.lifecycle.budget import ClusterShare
 from hyperpod_debugger.lifecycle.findings import (
     SWEEP,
     StoredFinding,
     SweepPlan,
     Transition,
     is_on_node,
+    iso,
     plan_sweep,
 )
 from hyperpod_debugger.lifecycle.rotation import RotationPlan, describe_node, node_of, plan_rotation
@@ -33,6 +35,55 @@ class RotationSettings:
     period: timedelta = timedelta(days=1)
     cap: int = 480
     batch_size: int = 50
+    #: this cluster's share of the StartSession budget in this sweep (rates, workers, rounds); None: every
+    #: batch starts at once at the function's own rate
+    share: ClusterShare | None = None
+    #: when the sweep began (the rounds are offsets from it)
+    sweep_started: datetime | None = None
+
+
+def settings_for(
+    share: ClusterShare,
+    *,
+    interval: timedelta,
+    period: timedelta,
+    began: datetime,
+    max_nodes: int | None = None,
+    max_batch: int | None = None,
+) -> RotationSettings:
+    """The rotation's settings for one cluster in one sweep: as many nodes as its share can start in the
+    rounds (one batch per worker per round), within the optional caps."""
+    batch_size = max(1, share.batch_size(0) if share.rounds else 1)
+    if max_batch is not None:
+        batch_size = min(batch_size, max_batch)
+    cap = share.workers * len(share.rounds) * batch_size
+    if max_nodes is not None:
+        cap = min(cap, max_nodes)
+    return RotationSettings(
+        interval=interval, period=period, cap=cap, batch_size=batch_size, share=share, sweep_started=began
+    )
+
+
+def schedule(items: list[dict[str, Any]], settings: RotationSettings, now: datetime) -> list[dict[str, Any]]:
+    """Each planned batch as stored: its nodes, the rate and slots its probe Lambda uses, and the round it
+    runs in (``start_at`` .. ``stop_at``, when sessions may start). Worker ``w`` of round ``r`` takes batch
+    ``r × workers + w``, so the batches of one worker never start sessions at the same time."""
+    share, began = settings.share, settings.sweep_started or now
+    out = []
+    for index, item in enumerate(items):
+        entry: dict[str, Any] = {"nodes": item["nodes"]}
+        if share is not None and share.rounds:
+            start, stop = share.rounds[min(index // share.workers, len(share.rounds) - 1)]
+            entry |= {
+                "rate": round(share.worker_rate, 6),
+                "slots": share.slots,
+                "start_at": iso(max(began + timedelta(seconds=start), now)),
+                "stop_at": iso(began + timedelta(seconds=stop)),
+            }
+        else:
+            entry["start_at"] = iso(now)
+        out.append(entry)
+    return out
 
 
 def probe_suspects(report: TriageReport, stored: dict[str, StoredFinding]) -> list[str]:
@@ -102,9 +153,9 @@ class SweepStore(Protocol):
 
     def record_probed(self, cluster_arn: str, instance_ids: list[str], now: datetime) -> object: ...
 
-    def put_plan(self, cluster_arn: str, sweep_id: str, batches: list[list[dict[str, Any]]], now: datetime) -> int: ...
+    def put_plan(self, cluster_arn: str, sweep_id: str, batches: list[dict[str, Any]], now: datetime) -> int: ...
 
-    def plan_batch(self, cluster_arn: str, sweep_id: str, batch: int) -> list[dict[str, Any]] | None: ...
+    def plan_batch(self, cluster_arn: str, sweep_id: str, batch: int) -> dict[str, Any] | None: ...
 
 
 @dataclass
@@ -116,15 +167,24 @@ class SweepResult:
     cluster_arn: str = ""
     transitions: list[Transition] = field(default_factory=list)
     plan: RotationPlan | None = None
-    #: the stored plan's batch numbers: the state machine carries these, never node lists
-    batches: list[int] = field(default_factory=list)
+    #: the stored plan's batches as the state machine carries them: a number and when its round opens,
+    #: never node lists
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    #: batches in flight at once (the inner Map's MaxConcurrencyPath)
+    concurrency: int = 1
     error: str | None = None
     summary: dict[str, Any] | None = None
     sweep_id: str = ""
 
     def response(self) -> dict[str, Any]:
         if self.status != "processed":
-            return {"status": self.status, "cluster": self.cluster, "error": self.error, "batches": []}
+            return {
+                "status": self.status,
+                "cluster": self.cluster,
+                "error": self.error,
+                "batches": [],
+                "concurrency": 1,
+            }
         return {
             "status": "processed",
             "cluster": self.cluster,
@@ -133,6 +193,7 @@ class SweepResult:
             "rotation": self.plan.summary() if self.plan else None,
             "sweep_id": self.sweep_id,
             "batches": self.batches,
+            "concurrency": self.concurrency,
         }
 
 
@@ -169,9 +230,12 @@ def sweep_cluster(
         result.plan, items = plan_probe_batches(
             report, obs, store.open_findings(arn), store.last_probed(arn), now, settings=settings, sweep_id=sweep_id
         )
-        # the plan goes to the table; the state machine carries only the batch numbers
-        store.put_plan(arn, sweep_id, [item["nodes"] for item in items], now)
-        result.batches = list(range(len(items)))
+        # the plan goes to the table; the state machine carries only the batch numbers and their start times
+        stored = schedule(items, settings, now)
+        store.put_plan(arn, sweep_id, stored, now)
+        result.batches = [{"batch": i, "at": entry["start_at"]} for i, entry in enumerate(stored)]
+        share = settings.share
+        result.concurrency = share.concurrency if share is not None else max(1, len(stored))
     return result
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
@@ -314,30 +315,21 @@ class FindingStore:
 
     # --- writes --------------------------------------------------------------------------
 
-    def put_plan(self, cluster_arn: str, sweep_id: str, batches: list[list[dict[str, Any]]], now: datetime) -> int:
-        """Store one sweep's probe plan, one item per batch of node descriptors (what each probe step reads by
-        reference: the state machine carries batch numbers only). Expires after a day."""
+    def put_plan(self, cluster_arn: str, sweep_id: str, batches: list[dict[str, Any]], now: datetime) -> int:
+        """Store one sweep's probe plan, one item per batch (its ``nodes`` and how it runs: rate, slots, start
+        and stop), what each probe step reads by reference: the state machine carries batch numbers only.
+        Expires after a day."""
         expires = _epoch(now + PLAN_TTL)
-        requests = [
-            {
-                "PutRequest": {
-                    "Item": typed(
-                        {
-                            **_plan_key(cluster_arn, sweep_id, n),
-                            "item_type": "PLAN",
-                            "nodes": nodes,
-                            "expires_at": expires,
-                        }
-                    )
-                }
-            }
-            for n, nodes in enumerate(batches)
-        ]
+        requests = []
+        for n, batch in enumerate(batches):
+            attributes = {k: Decimal(str(v)) if isinstance(v, float) else v for k, v in batch.items()}
+            item = {**attributes, **_plan_key(cluster_arn, sweep_id, n), "item_type": "PLAN", "expires_at": expires}
+            requests.append({"PutRequest": {"Item": typed(item)}})
         return self._batch_write(requests)
 
-    def plan_batch(self, cluster_arn: str, sweep_id: str, batch: int) -> list[dict[str, Any]] | None:
-        """The node descriptors of one stored plan batch; None when there is no such batch (expired, or never
-        written)."""
+    def plan_batch(self, cluster_arn: str, sweep_id: str, batch: int) -> dict[str, Any] | None:
+        """One stored plan batch (``nodes`` and its schedule); None when there is no such batch (expired, or
+        never written)."""
         raw = call(
             self._ddb,
             "dynamodb:GetItem",
@@ -349,8 +341,17 @@ class FindingStore:
         item = raw.get("Item")
         if not item:
             return None
-        nodes = plain(item).get("nodes")
-        return [dict(n) for n in nodes] if isinstance(nodes, list) else None
+        found = plain(item)
+        nodes = found.get("nodes")
+        if not isinstance(nodes, list):
+            return None
+        out: dict[str, Any] = {k: v for k, v in found.items() if k not in ("pk", "sk", "item_type", "expires_at")}
+        out["nodes"] = [dict(node) for node in nodes]
+        if "rate" in out:
+            out["rate"] = float(out["rate"])
+        if "slots" in out:
+            out["slots"] = int(out["slots"])
+        return out
 
     def record_probed(self, cluster_arn: str, instance_ids: list[str], now: datetime) -> int:
         """Remember that these nodes were probed at ``now``; returns how many records were written."""

@@ -90,12 +90,15 @@ async def _probe_one(
     bucket: TokenBucket,
     retries: int,
     rng: random.Random,
-) -> NodeProbe:
+    start_until: float | None = None,
+) -> NodeProbe | None:
     started = time.monotonic()
     attempt = 0
     while True:
         attempt += 1
         await bucket.acquire()
+        if start_until is not None and time.monotonic() >= start_until:
+            return None  # the window for starting sessions closed: the node was not probed, and stays due
         try:
             result = await run(target, command)
         except SessionError as exc:
@@ -128,10 +131,14 @@ async def probe_fleet(
     concurrency: int = DEFAULT_CONCURRENCY,
     retries: int = DEFAULT_RETRIES,
     seed: int | None = None,
+    start_until: float | None = None,
 ) -> list[NodeProbe]:
     """Probe every (node, session target) with at most ``rate`` StartSession calls per second and
     ``concurrency`` sessions open at once. A hung node holds one slot until its own timeout and
-    never blocks the others. Results come back in the input order."""
+    never blocks the others. Results come back in the input order.
+
+    ``start_until`` (``time.monotonic()``): no session starts after it; the nodes not started are left out of
+    the result (not probed, so nothing about them is concluded)."""
     # A small burst (a tenth of a second's worth) keeps the average at ``rate`` when the event loop
     # wakes a little late; at SSM's 3/s that is a burst of one.
     bucket = TokenBucket(rate, burst=max(1, int(rate // 10)))
@@ -142,12 +149,13 @@ async def probe_fleet(
     executor = ThreadPoolExecutor(max_workers=max(4, 2 * concurrency), thread_name_prefix="hpd-ssm")
     asyncio.get_running_loop().set_default_executor(executor)
 
-    async def one(node: ClusterNode, target: str) -> NodeProbe:
+    async def one(node: ClusterNode, target: str) -> NodeProbe | None:
         async with slots:
-            return await _probe_one(node, target, command, run, bucket, retries, rng)
+            return await _probe_one(node, target, command, run, bucket, retries, rng, start_until)
 
     try:
-        return list(await asyncio.gather(*(one(node, target) for node, target in nodes)))
+        done = await asyncio.gather(*(one(node, target) for node, target in nodes))
+        return [probe for probe in done if probe is not None]
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
 

@@ -4,10 +4,11 @@ evaluate each document, and report per-node outcomes and coverage."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 from hyperpod_debugger.aws.clients import AwsClients
@@ -35,6 +36,8 @@ class ProbeOptions:
     documents: SessionDocuments = NO_DOCUMENTS
     #: told "probed 3 of 25 nodes" as sessions end (the CLI shows it on a terminal); None: silent
     progress: Callable[[str], None] | None = field(default=None, compare=False)
+    #: no session starts after this moment (the sweep's round closes); the nodes not started stay due
+    start_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +134,15 @@ def probe_cluster(
             if options.progress is not None:
                 options.progress(f"probing nodes through Session Manager: {done} of {len(targets)} done")
 
-    probes = asyncio.run(probe_fleet(targets, probe_command(), run, rate=options.rate, concurrency=options.concurrency))
+    until = None
+    if options.start_until is not None:
+        until = time.monotonic() + (options.start_until - datetime.now(UTC)).total_seconds()
+    probes = asyncio.run(
+        probe_fleet(
+            targets, probe_command(), run, rate=options.rate, concurrency=options.concurrency, start_until=until
+        )
+    )
+    not_started = len(targets) - len(probes)
     findings.extend(outcome_findings(probes, cluster_arn=cluster.arn, cluster_name=cluster.name, region=cluster.region))
 
     per_check: dict[str, Counter[str]] = defaultdict(Counter)
@@ -157,7 +168,9 @@ def probe_cluster(
             if entry.reason and entry.check not in reasons:
                 reasons[entry.check] = entry.reason
     outcomes = Counter(p.outcome for p in probes)
-    summary = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+    summary = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "none started"
+    if not_started:
+        summary += f"; {not_started} not started before the window closed (they lead the next plan)"
     coverage = [
         CheckCoverage(
             check="probe.session",
