@@ -5,7 +5,7 @@ inner Map."""
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -48,24 +48,27 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     aws = clients(env.AWS_REGION)
     started = now()
     began = item.sweep_started or started
-    # this cluster's share of the StartSession budget in this sweep, decided now that its checks are done
-    # (the checks run first, in sweep_cluster; the share's rounds start from the time the plan is made)
-    share = budget.share(
-        env.START_SESSION_RATE,
-        clusters=item.clusters,
-        cluster_concurrency=env.SWEEP_CLUSTER_CONCURRENCY,
-        interval_s=env.SWEEP_INTERVAL_S,
-        elapsed_s=(started - began).total_seconds(),
-        probe_timeout_s=env.PROBE_TIMEOUT_S,
-    )
-    settings = sweep.settings_for(
-        share,
-        interval=timedelta(seconds=env.SWEEP_INTERVAL_S),
-        period=timedelta(seconds=env.PROBE_PERIOD_S),
-        began=began,
-        max_nodes=env.PROBE_MAX_NODES,
-        max_batch=env.PROBE_BATCH_SIZE,
-    )
+
+    def settings_at(planned: datetime) -> sweep.RotationSettings:
+        """This cluster's share of the StartSession budget in this sweep, taken when its checks are done:
+        the rounds run from then to shortly before the next sweep."""
+        share = budget.share(
+            env.START_SESSION_RATE,
+            clusters=item.clusters,
+            cluster_concurrency=env.SWEEP_CLUSTER_CONCURRENCY,
+            interval_s=env.SWEEP_INTERVAL_S,
+            elapsed_s=(planned - began).total_seconds(),
+            probe_timeout_s=env.PROBE_TIMEOUT_S,
+        )
+        return sweep.settings_for(
+            share,
+            interval=timedelta(seconds=env.SWEEP_INTERVAL_S),
+            period=timedelta(seconds=env.PROBE_PERIOD_S),
+            began=began,
+            max_nodes=env.PROBE_MAX_NODES,
+            max_batch=env.PROBE_BATCH_SIZE,
+        )
+
     # max_nodes=0: on Slurm the controller is still read through a session; node probes come in batches.
     options = ProbeOptions(
         max_nodes=0, rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S, documents=env.session_documents
@@ -77,7 +80,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         request,
         triage=lambda req: triage_with_observation(req, aws),
         store=FindingStore(aws, env.FINDINGS_TABLE),
-        settings=settings if env.PROBE_ENABLED else None,
+        settings=settings_at if env.PROBE_ENABLED else None,
+        clock=now,
         sweep_id=sweep_id,
     )
     if result.status != "processed":

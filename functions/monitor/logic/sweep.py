@@ -207,12 +207,16 @@ def sweep_cluster(
     *,
     triage: Callable[[TriageRequest], tuple[TriageReport, ClusterObservation | None]],
     store: SweepStore,
-    settings: RotationSettings | None,
+    settings: RotationSettings | Callable[[datetime], RotationSettings] | None,
     sweep_id: str,
+    clock: Callable[[], datetime] | None = None,
 ) -> SweepResult:
     """One cluster of the sweep: its API checks (and, on Slurm, the controller's view) into the store, then
     this sweep's probe plan as batches (``settings`` None: no probes). The cluster step reads the whole
-    node list, so the findings of nodes that left the cluster resolve here."""
+    node list, so the findings of nodes that left the cluster resolve here.
+
+    ``settings`` may be a function of the time the plan is made (``clock()`` once the checks are done,
+    ``request.now`` without a clock): the share of the budget starts then."""
     assert request.now is not None
     now = request.now
     report, obs = triage(request)
@@ -227,14 +231,16 @@ def sweep_cluster(
         "processed", report.cluster.name, arn, transitions, summary=report.summary.model_dump(), sweep_id=sweep_id
     )
     if settings is not None:
+        planned = clock() if clock is not None else now
+        chosen = settings(planned) if callable(settings) else settings
         result.plan, items = plan_probe_batches(
-            report, obs, store.open_findings(arn), store.last_probed(arn), now, settings=settings, sweep_id=sweep_id
+            report, obs, store.open_findings(arn), store.last_probed(arn), planned, settings=chosen, sweep_id=sweep_id
         )
         # the plan goes to the table; the state machine carries only the batch numbers and their start times
-        stored = schedule(items, settings, now)
-        store.put_plan(arn, sweep_id, stored, now)
+        stored = schedule(items, chosen, planned)
+        store.put_plan(arn, sweep_id, stored, planned)
         result.batches = [{"batch": i, "at": entry["start_at"]} for i, entry in enumerate(stored)]
-        share = settings.share
+        share = chosen.share
         result.concurrency = share.concurrency if share is not None else max(1, len(stored))
     return result
 
