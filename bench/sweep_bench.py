@@ -78,6 +78,9 @@ class Cluster:
     name: str
     nodes: list[ClusterNode]
     last_probed: dict[str, datetime] = field(default_factory=dict)
+    #: the longest time between two probes of one node once every node has been probed
+    worst_gap: timedelta = timedelta(0)
+    period: timedelta = PROBE_PERIOD
 
     @property
     def arn(self) -> str:
@@ -88,6 +91,13 @@ def _nodes(prefix: int, count: int) -> list[ClusterNode]:
     return [
         ClusterNode(f"i-{prefix:02x}{n:015x}", "workers", "ml.p5.48xlarge", "Running", "", None) for n in range(count)
     ]
+
+
+def _probed(cluster: Cluster, instance_id: str, at: datetime) -> None:
+    last = cluster.last_probed.get(instance_id)
+    if last is not None and len(cluster.last_probed) == len(cluster.nodes):  # the steady state, after a pass
+        cluster.worst_gap = max(cluster.worst_gap, at - last)
+    cluster.last_probed[instance_id] = at
 
 
 def _sweep_cluster(cluster: Cluster, clusters: int, now: datetime, sweep_id: str) -> tuple[int, int, int]:
@@ -104,7 +114,7 @@ def _sweep_cluster(cluster: Cluster, clusters: int, now: datetime, sweep_id: str
         elapsed_s=checks_s,
         probe_timeout_s=budget.PROBE_TIMEOUT_S,
     )
-    settings = settings_for(share, interval=timedelta(seconds=INTERVAL_S), period=PROBE_PERIOD, began=now)
+    settings = settings_for(share, interval=timedelta(seconds=INTERVAL_S), period=cluster.period, began=now)
     planned_at = now + timedelta(seconds=checks_s)
     report = build_report(
         None, planned_at, ClusterRef(name=cluster.name, arn=cluster.arn, region="us-west-2"), [], Coverage()
@@ -129,7 +139,7 @@ def _sweep_cluster(cluster: Cluster, clusters: int, now: datetime, sweep_id: str
             if opened >= stop:
                 break  # the round closed: the rest stay due and lead the next plan
             sessions += 1
-            cluster.last_probed[descriptor["instance_id"]] = now + timedelta(seconds=opened + SESSION_S)
+            _probed(cluster, descriptor["instance_id"], now + timedelta(seconds=opened + SESSION_S))
             probed += 1
     return sessions, probed, largest
 
@@ -199,6 +209,14 @@ def sweep_pass(shape: list[int]) -> dict[str, float]:
     }
 
 
+def steady_state(nodes: int, period: timedelta, hours: float) -> dict[str, float]:
+    """``probePeriodHours`` near the floor: after the first pass, the longest any node waits between probes."""
+    cluster = Cluster("c00000000000", _nodes(0, nodes), period=period)
+    for sweep in range(int(hours * 3600 // INTERVAL_S)):
+        _sweep_cluster(cluster, 1, T0 + timedelta(seconds=sweep * INTERVAL_S), f"sweep-{sweep}")
+    return {"worst_gap_h": cluster.worst_gap.total_seconds() / 3600, "period_h": period.total_seconds() / 3600}
+
+
 def event_storm(nodes: int, events: int, sample: int) -> dict[str, int]:
     from hyperpod_debugger.aws.clients import AwsClients
     from hyperpod_debugger.triage import TriageRequest, run_triage
@@ -251,6 +269,13 @@ def main() -> int:
         )
         targets[f"{name}: first pass <= 1.15 x floor"] = figures["first_pass_h"] <= 1.15 * figures["floor_h"]
         targets[f"{name}: state < 64 KiB"] = figures["state_kib"] < 64
+    # detection latency as a setting: probePeriodHours just above the floor (nodes ÷ budget, ~2.06 h here)
+    steady = steady_state(20_000, timedelta(hours=2.5), hours=12)
+    print(
+        f"probePeriodHours {steady['period_h']:g} on 1x20000 for 12 simulated hours: the longest gap between two "
+        f"probes of one node was {steady['worst_gap_h']:.2f} h"
+    )
+    targets["1x20000: every node probed within probePeriodHours=2.5"] = steady["worst_gap_h"] <= steady["period_h"]
     if not args.no_storm:
         began = time.perf_counter()
         storm = event_storm(20_000, 1_000, args.storm_sample)

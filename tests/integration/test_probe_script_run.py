@@ -523,8 +523,12 @@ def test_every_tool_hanging_still_gives_a_complete_document(tmp_path):
     items = doc["items"]
     codes = {item_id: item["exit_code"] for item_id, item in items.items()}
     assert set(codes.values()) <= {124, 127}, codes
-    assert "already timed out" in items["nvidia_smi_q"]["stderr"]
-    assert "time budget was spent" in items["lsblk"]["stderr"]
+    # the items that ran were stopped at their timeout, the later ones were not started once the budget was
+    # spent; which item is the first of the second kind depends on the machine's speed, so neither is named
+    stderr = [item["stderr"] for item in items.values()]
+    assert any("already timed out" in text for text in stderr), stderr
+    assert any("time budget was spent" in text for text in stderr), stderr
+    assert "time budget was spent" in items["lsblk"]["stderr"]  # the last item always finds the budget spent
 
 
 EFA_MODULE_CAP = 512

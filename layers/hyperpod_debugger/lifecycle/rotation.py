@@ -109,7 +109,10 @@ def plan_rotation(
         return last is None or now - last >= due_at
 
     overdue = sum(1 for n in rest if due(n))
-    quota = math.ceil(len(ready) * (interval / period)) if ready else 0
+    # Enough per sweep to cover the nodes in one sweep less than the period: a node probed early in one sweep
+    # may come late in a later one, so pacing at exactly the period would leave gaps of up to an interval more.
+    cycle = period - interval if period > 2 * interval else period
+    quota = math.ceil(len(ready) * (interval / cycle)) if ready else 0
     take = min(max(quota, overdue), max(0, cap - len(suspect_nodes)), len(rest))
     planned = suspect_nodes + rest[:take]
     behind = sum(1 for n in rest[take:] if due(n))
