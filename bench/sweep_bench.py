@@ -4,12 +4,12 @@
 
 **Sweeps** are simulated on a clock of their own (no sleeping): the stack's defaults (a sweep every 15
 minutes, ``startSessionRate`` 3, ``sweepClusterConcurrency`` 3, ``probePeriodHours`` 24) go through the real
-budget (``hyperpod_debugger.lifecycle.budget.SweepBudget``), the real planner
+share of the budget (``hyperpod_debugger.lifecycle.budget.share``), the real planner
 (``functions.monitor.logic.sweep.plan_probe_batches``: rotation, cap, batches), the real cluster-step output
 and the real inner-Map items (the stack's ``ItemSelector``, applied by ``hyperpod_sim.lambda_harness``). Each
-probe Lambda starts its batch's sessions at its share of the rate; a session takes ``SESSION_S``; the state
-machine stops at 14 minutes and whatever had not finished by then is not probed; each sweep's planner sees
-when every node was last probed. A pass is complete when every node has been probed once.
+batch starts its sessions at its worker's rate from its round's start, and none after the round closes (those
+nodes stay due); a session takes ``SESSION_S``; each sweep's planner sees when every node was last probed. A
+pass is complete when every node has been probed once.
 
 **The event storm**: 1,000 Node Health Events naming 1,000 distinct nodes of one 20,000-node cluster within
 five minutes. The cluster is seeded into the embedded moto server and the real event triage

@@ -12,7 +12,7 @@ from aws_cdk import aws_logs as logs
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-from hyperpod_debugger.lifecycle.budget import SweepBudget
+from hyperpod_debugger.lifecycle.budget import SweepSettings
 from infra import constants as c
 from infra.constructs.detection import Detection, monitor_metric, route_unprocessed
 from infra.constructs.findings import FindingsStore
@@ -109,7 +109,7 @@ class HyperPodDebuggerStack(cdk.Stack):
             table=self.findings.table,
             idempotency_table=self.findings.idempotency_table,
             layer=self.layer,
-            budget=SweepBudget.derive(
+            settings=SweepSettings(
                 self.start_session_rate,
                 int(_context_value(self, c.CTX_CLUSTER_CONCURRENCY, c.DEFAULT_CLUSTER_CONCURRENCY)),
             ),

@@ -29,7 +29,7 @@ from constructs import Construct
 
 from functions.shared.events import PROBE_ITEM_SELECTOR
 from hyperpod_debugger.aws.iam import STORE_ACTIONS
-from hyperpod_debugger.lifecycle.budget import PROBE_TIMEOUT_S, SweepBudget, usable_rate
+from hyperpod_debugger.lifecycle.budget import PROBE_TIMEOUT_S, SweepSettings
 from infra.constants import GSI_BY_NODE, PROBE_BATCH_HANDLER, SWEEP_HANDLER
 from infra.constructs.python_function import PythonFunction
 
@@ -89,7 +89,7 @@ def triage_function(
 
 
 class Sweep(Construct):
-    """Exposes `function` (the cluster step), `probe_function` (a probe batch), `budget` and `state_machine`."""
+    """Exposes `function` (the cluster step), `probe_function` (a probe batch), `settings` and `state_machine`."""
 
     def __init__(
         self,
@@ -99,20 +99,20 @@ class Sweep(Construct):
         table: dynamodb.ITableV2,
         idempotency_table: dynamodb.ITableV2,
         layer: lambda_.ILayerVersion,
-        budget: SweepBudget,
+        settings: SweepSettings,
         interval: cdk.Duration,
         probe_period: cdk.Duration,
         cluster_allowlist: list[str],
         log_retention: logs.RetentionDays,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.budget = budget
+        self.settings = settings
         self.interval = interval
         environment = {
             **triage_environment(table, idempotency_table, cluster_allowlist),
             # the whole budget the sweep may use; each cluster step takes its share at run time
-            "START_SESSION_RATE": f"{usable_rate(budget.clusters * budget.batches * budget.rate):.3f}",
-            "SWEEP_CLUSTER_CONCURRENCY": str(budget.clusters),
+            "START_SESSION_RATE": f"{settings.usable_rate:.3f}",
+            "SWEEP_CLUSTER_CONCURRENCY": str(settings.cluster_concurrency),
             "PROBE_TIMEOUT_S": str(PROBE_TIMEOUT_S),
             "SWEEP_INTERVAL_S": str(int(interval.to_seconds())),
             "PROBE_PERIOD_S": str(int(probe_period.to_seconds())),
@@ -194,7 +194,7 @@ class Sweep(Construct):
             self,
             "EachCluster",
             items_path="$.page.ClusterSummaries",
-            max_concurrency=self.budget.clusters,
+            max_concurrency=self.settings.cluster_concurrency,
             item_selector={
                 "cluster_name.$": "$$.Map.Item.Value.ClusterName",
                 "cluster_arn.$": "$$.Map.Item.Value.ClusterArn",

@@ -255,10 +255,10 @@ def test_sweep_pages_through_clusters_then_checks_and_probes_each_in_batches(tem
 def test_map_concurrency_and_function_settings_share_the_start_session_budget(template: Template, stack):
     from hyperpod_debugger.lifecycle.budget import SESSION_HEADROOM
 
-    budget = stack.sweep.budget
+    settings = stack.sweep.settings
     states = _definition(template)["States"]
     each = states["EachCluster"]
-    assert each["MaxConcurrency"] == budget.clusters == c.DEFAULT_CLUSTER_CONCURRENCY
+    assert each["MaxConcurrency"] == settings.cluster_concurrency == c.DEFAULT_CLUSTER_CONCURRENCY
     # each cluster step shares the budget at run time among this page's clusters, from the sweep's start
     assert each["ItemSelector"]["clusters.$"] == "States.ArrayLength($.page.ClusterSummaries)"
     assert each["ItemSelector"]["sweep_started.$"] == "$$.Execution.StartTime"
@@ -280,7 +280,7 @@ def test_map_concurrency_and_function_settings_share_the_start_session_budget(te
                     "Variables": Match.object_like(
                         {
                             "START_SESSION_RATE": f"{usable:.3f}",
-                            "SWEEP_CLUSTER_CONCURRENCY": str(budget.clusters),
+                            "SWEEP_CLUSTER_CONCURRENCY": str(settings.cluster_concurrency),
                             "SWEEP_INTERVAL_S": "900",
                             "PROBE_PERIOD_S": "86400",
                         }
@@ -290,32 +290,12 @@ def test_map_concurrency_and_function_settings_share_the_start_session_budget(te
         )
 
 
-@pytest.mark.parametrize(
-    ("rate", "clusters", "expected"),
-    [
-        (3, 3, (3, 1, 1.0)),
-        (3, 1, (1, 3, 1.0)),
-        (7, 3, (3, 2, 7 / 6)),
-        (1, 5, (1, 1, 1.0)),
-        (0.5, 2, (1, 1, 0.5)),
-    ],
-)
-def test_sweep_budget_never_exceeds_the_start_session_rate(rate, clusters, expected):
-    from hyperpod_debugger.lifecycle.budget import SweepBudget
-
-    budget = SweepBudget.derive(rate, clusters)
-    assert (budget.clusters, budget.batches) == expected[:2]
-    assert budget.rate == pytest.approx(expected[2])
-    assert budget.clusters * budget.batches * budget.rate <= rate + 1e-9
-    assert 10 <= budget.batch_size <= 100 and budget.cap >= budget.batch_size
-
-
 @pytest.mark.parametrize("bad", [(0, 3), (3, 0), (-1, 1)])
-def test_sweep_budget_refuses_nonsense(bad):
-    from hyperpod_debugger.lifecycle.budget import SweepBudget
+def test_sweep_settings_refuse_nonsense(bad):
+    from hyperpod_debugger.lifecycle.budget import SweepSettings
 
     with pytest.raises(ValueError):
-        SweepBudget.derive(*bad)
+        SweepSettings(*bad)
 
 
 @pytest.mark.parametrize(

@@ -45,9 +45,10 @@ class ClusterSignal:
 
     @property
     def trigger(self) -> Trigger:
-        kind = "log" if self.source.startswith("health-agent") else "event"
         words = f"{self.source} for {self.node}" if self.node else self.source
-        return Trigger(kind, words, self.node)  # type: ignore[arg-type]  # "log" or "event"
+        if self.source.startswith("health-agent"):
+            return Trigger("log", words, self.node)
+        return Trigger("event", words, self.node)
 
 
 class UnusableEvent(ValueError):

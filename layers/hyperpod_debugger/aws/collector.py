@@ -169,10 +169,9 @@ class Collector:
         if not eks_cluster.available or eks_cluster.value is None:
             return Observed.skip(eks_cluster.skipped or "the EKS cluster could not be described")
         cluster = eks_cluster.value
-        region = eks.parse_eks_arn(cluster.arn)[0]
 
         def read() -> KubernetesObservation:
-            token = k8s.eks_token(self.clients.client("sts", region), cluster.name, region)
+            token = self._token(cluster)
             observed = k8s.collect_kubernetes(cluster, token, now=opts.now)
             for part in (observed.nodes, observed.system_pods, observed.daemonsets, observed.namespaces):
                 if part.failure is not None:
@@ -187,12 +186,16 @@ class Collector:
             why = eks_cluster.failure or ApiFailure(k8s.ACCESS_ACTION, "error", "the EKS cluster was not described")
             return {name: Observed.failed(why) for name in names}
         cluster = eks_cluster.value
-        region = eks.parse_eks_arn(cluster.arn)[0]
         try:
-            token = k8s.eks_token(self.clients.client("sts", region), cluster.name, region)
+            token = self._token(cluster)
         except ApiCallError as exc:
             return {name: Observed.failed(exc.failure) for name in names}
         return k8s.pods_on_nodes(cluster, token, names)
+
+    def _token(self, cluster: EksCluster) -> str:
+        """The EKS token for the cluster named by the HyperPod cluster's Orchestrator (never a kube-context)."""
+        region = eks.parse_eks_arn(cluster.arn)[0]
+        return k8s.eks_token(self.clients.client("sts", region), cluster.name, region)
 
     # ------------------------------------------------------------------ all
 

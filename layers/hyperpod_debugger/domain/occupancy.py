@@ -110,14 +110,13 @@ def from_slurm(
     node_names: Mapping[str, str],
     *,
     states: Mapping[str, str] | None = None,
-    failure: ApiFailure | None = None,
 ) -> dict[str, Observed[Occupancy]]:
     """Occupancy of each node in ``node_names`` (instance id -> Slurm node name) from the controller's
     ``jobs`` section, with each node's sinfo state from ``states`` (name -> state); ``jobs`` None (the
     section was not squeue's answer) makes every node unread."""
     states = states or {}
     if jobs is None:
-        why = failure or ApiFailure("ssm:StartSession", "malformed", "squeue on the controller gave no job list")
+        why = ApiFailure("ssm:StartSession", "malformed", "squeue on the controller gave no job list")
         return {iid: Observed.failed(why) for iid in node_names}
     on: dict[str, list[Job]] = {}
     for job in jobs:

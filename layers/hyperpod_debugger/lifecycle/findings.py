@@ -152,7 +152,7 @@ class StoredFinding:
     acknowledged_by: str | None = None
     #: The cluster's name when the finding was stored (alerts name clusters the way people do).
     cluster_name: str | None = None
-    #: What made the run that wrote the last transition look: ``event`` / ``sweep`` / ``log`` / ``cli``, in
+    #: What made the run that wrote the last transition look: ``event`` / ``sweep`` / ``log``, in
     #: words ("Node Health Event for i-…", "the scheduled sweep"), and the node it named
     trigger_kind: str | None = None
     trigger: str | None = None
@@ -167,9 +167,9 @@ class StoredFinding:
 @dataclass(frozen=True)
 class Trigger:
     """What made the monitor look, said in its alerts: an event (and the node it names), the scheduled
-    sweep, a health-agent log record, or a person running the CLI."""
+    sweep, or a health-agent log record."""
 
-    kind: Literal["event", "sweep", "log", "cli"]
+    kind: Literal["event", "sweep", "log"]
     what: str
     node: str | None = None
 

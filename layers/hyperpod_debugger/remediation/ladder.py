@@ -101,13 +101,13 @@ class NodeFacts:
     occupancy: Observed[Occupancy] | None = None
 
     @property
-    def occupied(self) -> Occupancy | None:
-        value = self.occupancy.value if self.occupancy is not None and self.occupancy.available else None
-        return value if value is not None and value.occupied else None
+    def seen(self) -> Occupancy | None:
+        """What was read of the node's occupancy; None when it was not read."""
+        return self.occupancy.value if self.occupancy is not None and self.occupancy.available else None
 
     @property
-    def read(self) -> bool:
-        return self.occupancy is not None and self.occupancy.available and self.occupancy.value is not None
+    def occupied(self) -> Occupancy | None:
+        return self.seen if self.seen is not None and self.seen.occupied else None
 
 
 # --------------------------------------------------------------------------- what we know
@@ -199,17 +199,15 @@ def _cap(text: str) -> str:
 
 def _stops(target: Target, facts: NodeFacts, iid: str) -> str:
     """What a reboot or replacement of the node stops, as read (or that it was not read)."""
-    if facts.read and facts.occupancy is not None and facts.occupancy.value is not None:
-        return facts.occupancy.value.stopped_by_action()
+    if facts.seen is not None:
+        return facts.seen.stopped_by_action()
     return f"stops whatever runs there ({occupancy_line(target, facts, iid)})"
 
 
 def _already_drained(facts: NodeFacts) -> str | None:
     """The Slurm state of a node that is drained or draining already (a drain would change nothing)."""
-    value = facts.occupancy.value if facts.occupancy is not None and facts.occupancy.available else None
-    if value is None or not value.state:
-        return None
-    return value.state if parse_state(value.state).drain else None
+    state = facts.seen.state if facts.seen is not None else None
+    return state if state and parse_state(state).drain else None
 
 
 def _drain(target: Target, facts: NodeFacts, iid: str, reason: str) -> SuggestedCommand | None:
@@ -317,8 +315,8 @@ def _occupancy_step(target: Target, facts: NodeFacts, iid: str, action: str) -> 
     if busy is not None:
         noun = "replacement" if action == "replace" else action
         return f" Drain it first, since the {noun} stops what runs there: {busy.summary()}."
-    if facts.read and facts.occupancy is not None and facts.occupancy.value is not None:
-        return f" {_cap(facts.occupancy.value.stopped_by_action())}."
+    if facts.seen is not None:
+        return f" {_cap(facts.seen.stopped_by_action())}."
     line = occupancy_line(target, facts, iid)
     return f" What runs there was not read{line.removeprefix('not read')}."
 
