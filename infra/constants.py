@@ -20,6 +20,7 @@ PROBE_BATCH_HANDLER = "functions.monitor.handlers.probes.handler"
 STREAM_NOTIFIER_HANDLER = "functions.monitor.handlers.stream.handler"
 COURIER_HANDLER = "functions.monitor.handlers.outbox.handler"
 LOG_SUBSCRIPTION_HANDLER = "functions.monitor.handlers.hma.handler"
+EVENT_WINDOW_HANDLER = "functions.monitor.handlers.windows.handler"
 
 # EventBridge: HyperPod's source, detail-types and the rule patterns live in hyperpod_debugger.domain.eventbridge.
 
@@ -40,11 +41,14 @@ CTX_CLUSTER_LOG_GROUPS = "clusterLogGroups"
 CTX_HMA_FILTER_PATTERN = "hmaFilterPattern"
 #: "pinned" (default): sessions only through the stack's own documents; "aws": AWS-StartNonInteractiveCommand.
 CTX_SESSION_DOCUMENTS = "sessionDocuments"
+#: Seconds one cluster's events are gathered into one triage (functions.monitor.logic.windows).
+CTX_EVENT_WINDOW_SECONDS = "eventWindowSeconds"
 
 DEFAULT_SCHEDULE = "rate(15 minutes)"
 DEFAULT_START_SESSION_RATE = 3
 DEFAULT_CLUSTER_CONCURRENCY = 3
 DEFAULT_PROBE_PERIOD_HOURS = 24
+DEFAULT_EVENT_WINDOW_SECONDS = 100
 DEFAULT_SLACK_SECRET_NAME = "hyperpod-debugger/slack-webhook"
 DEFAULT_LOG_RETENTION_DAYS = 30
 DEFAULT_FINDINGS_TTL_DAYS = 90

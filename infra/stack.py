@@ -129,6 +129,7 @@ class HyperPodDebuggerStack(cdk.Stack):
             cluster_allowlist=allowlist,
             log_retention=retention,
             alarm_topic=self.notifications.topic,
+            window_seconds=int(_context_value(self, c.CTX_EVENT_WINDOW_SECONDS, c.DEFAULT_EVENT_WINDOW_SECONDS)),
         )
         self.hma_subscription = self._build_hma_subscription(allowlist, retention)
         self.sessions = SessionAccess(
@@ -145,19 +146,14 @@ class HyperPodDebuggerStack(cdk.Stack):
     @property
     def probing_functions(self) -> list:
         """Every function that opens Session Manager sessions (node probes, the Slurm controller)."""
-        functions = [self.detection.function, self.sweep.function, self.sweep.probe_function]
-        if self.hma_subscription is not None:
-            functions.append(self.hma_subscription.function)
-        return functions
+        return [self.detection.window_function, self.sweep.function, self.sweep.probe_function]
 
     def _build_kubernetes_access(self) -> KubernetesReadAccess | None:
         """Read-only access entries on the listed EKS clusters for every function that runs a triage."""
         clusters = _context_list(self, c.CTX_EKS_CLUSTERS)
         if not clusters:
             return None
-        readers = {"EventHandler": self.detection.function.role, "SweepCluster": self.sweep.function.role}
-        if self.hma_subscription is not None:
-            readers["LogSubscription"] = self.hma_subscription.function.role
+        readers = {"EventWindow": self.detection.window_function.role, "SweepCluster": self.sweep.function.role}
         return KubernetesReadAccess(self, "KubernetesReadAccess", eks_clusters=clusters, readers=readers)
 
     def _build_hma_subscription(self, allowlist: list[str], retention: logs.RetentionDays) -> HmaSubscription | None:
@@ -179,6 +175,8 @@ class HyperPodDebuggerStack(cdk.Stack):
             layer=self.layer,
             cluster_allowlist=allowlist,
             log_retention=retention,
+            window_queue=self.detection.window_queue,
+            window_seconds=self.detection.window_seconds,
         )
         route_unprocessed(subscription.function, self.detection.dlq)
         topic = self.notifications.topic

@@ -1,5 +1,6 @@
-"""The idempotent run of one triage signal (a HyperPod event, a health-agent log record) into the findings
-table: used by the event and log-subscription functions only, so the others do not import the triage."""
+"""The idempotent run of one triage signal (a HyperPod event, a health-agent log record), or of one window
+of them, into the findings table; and the hand-over of a signal to its cluster's window. Used by the event,
+log-subscription and window functions only, so the others do not import the triage."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idemp
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.monitor.adapters import idempotency_store
-from functions.monitor.logic import signals
+from functions.monitor.logic import signals, windows
 from functions.monitor.logic.sweep import kinds
 from functions.monitor.runtime import now
+from functions.monitor.window_store import TableWindows, WindowQueue
 from functions.shared.clients import clients
 from functions.shared.env import MonitorEnv
 from functions.shared.observability import logger, metrics
@@ -69,4 +71,70 @@ def signal_runner(env: MonitorEnv, context: LambdaContext) -> Callable[[signals.
     return once
 
 
-__all__ = ["signal_runner"]
+def coalesced(env: MonitorEnv) -> Callable[[signals.ClusterSignal], dict[str, Any]] | None:
+    """Hand a signal to its cluster's window (kept, and the window opened when none is), or None when the
+    stack coalesces nothing (no window queue): then each signal is triaged at once."""
+    if not env.EVENT_WINDOW_QUEUE_URL:
+        return None
+    aws = clients(env.AWS_REGION)
+    store = TableWindows(aws, env.FINDINGS_TABLE)
+    queue = WindowQueue(aws, env.EVENT_WINDOW_QUEUE_URL)
+
+    def hand_over(signal: signals.ClusterSignal) -> dict[str, Any]:
+        result = windows.enqueue(signal, windows=store, queue=queue, now=now(), window_s=env.EVENT_WINDOW_S)
+        logger.info(
+            "event kept for its window",
+            event_id=signal.event_id,
+            cluster_arn=signal.cluster_arn,
+            node=signal.node,
+            reason=signal.reason,
+            window=result.get("window"),
+            due_at=result.get("due_at"),
+            notes=list(signal.notes) or None,
+        )
+        return result
+
+    return hand_over
+
+
+def _run_window(event: dict[str, Any], events: windows.WindowEvents, env: MonitorEnv) -> dict[str, Any]:
+    transitions, summary = windows.handle_window(
+        events,
+        triage=lambda req: run_triage(req, clients(req.region)),
+        store=FindingStore(clients(env.AWS_REGION), env.FINDINGS_TABLE),
+        now=now(),
+        probe=env.PROBE_ENABLED,
+        probe_timeout=env.PROBE_TIMEOUT_S,
+        documents=env.session_documents,
+        max_nodes=env.EVENT_WINDOW_PROBE_MAX_NODES,
+        rate=env.EVENT_WINDOW_PROBE_RATE,
+    )
+    counted = kinds(transitions)
+    metrics.add_metric(name="FindingTransitions", unit=MetricUnit.Count, value=sum(1 for t in transitions if t.notify))
+    metrics.add_metric(name="WindowEvents", unit=MetricUnit.Count, value=summary["events"])
+    if summary["not_probed"]:  # not Running, or over the window's cap: the sweep probes them, suspects first
+        metrics.add_metric(name="WindowNodesNotProbed", unit=MetricUnit.Count, value=len(summary["not_probed"]))
+    logger.info("window triage applied", cluster_arn=events.signals[0].cluster_arn, transitions=counted, **summary)
+    return {"transitions": counted, **summary}
+
+
+def window_runner(env: MonitorEnv, context: LambdaContext) -> Callable[[windows.WindowEvents], dict[str, Any]]:
+    """Run one window's triage into the store, once per set of events (a repeat delivery of the same window
+    returns the first run's result)."""
+    config = IdempotencyConfig(event_key_jmespath="key", expires_after_seconds=env.IDEMPOTENCY_TTL_S)
+    config.register_lambda_context(context)
+    run = idempotent_function(
+        _run_window,
+        data_keyword_argument="event",
+        persistence_store=idempotency_store(env.IDEMPOTENCY_TABLE, env.AWS_REGION),
+        config=config,
+    )
+
+    def once(events: windows.WindowEvents) -> dict[str, Any]:
+        key = events.idempotency_key(events.signals[0].cluster_arn)
+        return run(event={"key": key}, events=events, env=env)
+
+    return once
+
+
+__all__ = ["coalesced", "signal_runner", "window_runner"]

@@ -67,8 +67,16 @@ class MonitorEnv(_Env, Runbook, ClusterAllowlist, Sessions):
     PROBE_TIMEOUT_S: float = Field(default=180.0, gt=0)
     #: How long a processed event id is remembered (EventBridge redelivers within minutes).
     IDEMPOTENCY_TTL_S: PositiveInt = 3600
-    #: Nodes the log-subscription handler triages per delivery; the rest are left to the sweep.
+    #: Nodes the log-subscription handler triages per delivery when events are not coalesced (no window
+    #: queue); the rest are left to the sweep.
     LOG_MAX_NODES: PositiveInt = 10
+    #: The window queue: events of one cluster within ``EVENT_WINDOW_S`` become one triage (none: each
+    #: event is triaged at once, on its own).
+    EVENT_WINDOW_QUEUE_URL: str | None = None
+    EVENT_WINDOW_S: int = Field(default=100, ge=1, le=900)
+    #: Nodes one window probes, and the StartSession calls per second it uses (the sweep's headroom).
+    EVENT_WINDOW_PROBE_MAX_NODES: PositiveInt = 15
+    EVENT_WINDOW_PROBE_RATE: float = Field(default=0.5, gt=0, le=3)
     #: Where inputs that cannot be processed are kept (the raw event and the reason); none: logged only.
     UNPROCESSED_QUEUE_URL: str | None = None
 

@@ -1,5 +1,13 @@
 """Detection: EventBridge rules on HyperPod's own events feed the event Lambda; a schedule starts the sweep.
 
+    HyperPod event ─▶ rule ─▶ EventHandler (keeps the event, opens its cluster's window)
+                                   └─▶ window queue (SQS, delayed ``eventWindowSeconds``) ─▶ EventWindow
+                                         (one triage for every event of the window: the cluster read once,
+                                          the named nodes probed)
+
+The event function reads nothing of the cluster (no HyperPod, EC2 or Session Manager permission): it writes
+the event into the findings table and sends the window's message. The window function is the one that triages.
+
 Each rule's ``EventPattern`` is :func:`hyperpod_debugger.domain.eventbridge.rule_patterns`, written into the
 template verbatim: the demo and the tests match events against the very same dictionaries.
 
@@ -19,6 +27,7 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_destinations as destinations
+from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -27,14 +36,21 @@ from constructs import Construct
 
 from hyperpod_debugger.domain import eventbridge
 from infra.constants import (
+    DEFAULT_EVENT_WINDOW_SECONDS,
     EVENT_HANDLER,
     EVENT_TARGET_RETRY_ATTEMPTS,
+    EVENT_WINDOW_HANDLER,
     METRICS_NAMESPACE,
     MONITOR_METRICS_SERVICE,
 )
 from infra.constructs.notifications import alarm, encrypted_dlq
 from infra.constructs.python_function import PythonFunction
-from infra.constructs.sweep import triage_function
+from infra.constructs.sweep import triage_environment, triage_function
+
+#: The window function's timeout: a 20,000-node cluster read, then up to EVENT_WINDOW_PROBE_MAX_NODES probes.
+WINDOW_FUNCTION_TIMEOUT = cdk.Duration.minutes(5)
+#: Receives of one window message before SQS keeps it in the unprocessed-events queue.
+WINDOW_MAX_RECEIVES = 5
 
 #: Lambda's own retries of an asynchronous invocation that failed (EventBridge and CloudWatch Logs
 #: invoke asynchronously), before the event goes to the on-failure destination.
@@ -67,9 +83,26 @@ def monitor_metric(name: str) -> cloudwatch.Metric:
     )
 
 
+def window_statements(table: dynamodb.ITableV2, queue: sqs.IQueue) -> list[iam.PolicyStatement]:
+    """What keeping an event for its window needs: the event and window items, and the window's message."""
+    return [
+        iam.PolicyStatement(
+            sid="KeepEventsForWindows",
+            actions=["dynamodb:PutItem", "dynamodb:DeleteItem"],
+            resources=[table.table_arn],
+        ),
+        iam.PolicyStatement(sid="ScheduleWindows", actions=["sqs:SendMessage"], resources=[queue.queue_arn]),
+    ]
+
+
+def window_environment(queue: sqs.IQueue, window_seconds: int) -> dict[str, str]:
+    return {"EVENT_WINDOW_QUEUE_URL": queue.queue_url, "EVENT_WINDOW_S": str(window_seconds)}
+
+
 class Detection(Construct):
-    """Exposes `function` (event handler), `rules` (detail-type -> Rule), `patterns` (detail-type ->
-    EventPattern, as deployed), `schedule`, `dlq` (the unprocessed-events queue) and `alarms`."""
+    """Exposes `function` (event handler: keeps events for their windows), `window_queue`, `window_function`
+    (one triage per window), `rules` (detail-type -> Rule), `patterns` (detail-type -> EventPattern, as
+    deployed), `schedule`, `dlq` (the unprocessed-events queue) and `alarms`."""
 
     def __init__(
         self,
@@ -84,24 +117,74 @@ class Detection(Construct):
         cluster_allowlist: list[str],
         log_retention: logs.RetentionDays,
         alarm_topic: sns.ITopic,
+        window_seconds: int = DEFAULT_EVENT_WINDOW_SECONDS,
     ) -> None:
         super().__init__(scope, construct_id)
         try:
             allowlist = eventbridge.Allowlist.parse(cluster_allowlist)
         except ValueError as exc:
             raise ValueError(f"clusterAllowlist: {exc}") from None
+        if not 1 <= window_seconds <= 900:
+            raise ValueError(f"eventWindowSeconds must be within 1..900 (SQS's longest delay), got {window_seconds}")
+        self.window_seconds = window_seconds
         self.dlq = encrypted_dlq(self, "EventTargetDlq")
-        self.function = triage_function(
+        self.window_queue = sqs.Queue(
+            self,
+            "EventWindowQueue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            # Lambda's advice for SQS sources: six times the function's timeout
+            visibility_timeout=cdk.Duration.seconds(6 * WINDOW_FUNCTION_TIMEOUT.to_seconds()),
+            retention_period=cdk.Duration.days(4),
+            dead_letter_queue=sqs.DeadLetterQueue(max_receive_count=WINDOW_MAX_RECEIVES, queue=self.dlq),
+        )
+        self.function = PythonFunction(
             self,
             "EventHandler",
             handler=EVENT_HANDLER,
+            layer=layer,
+            read_only=False,  # keeps the event and opens its window; the window function reads the cluster
+            statements=window_statements(table, self.window_queue),
+            timeout=cdk.Duration.seconds(30),
+            memory_size=512,
+            log_retention=log_retention,
+            environment={
+                **triage_environment(table, idempotency_table, cluster_allowlist),
+                **window_environment(self.window_queue, window_seconds),
+            },
+        )
+        route_unprocessed(self.function, self.dlq)
+        self.window_function = triage_function(
+            self,
+            "EventWindow",
+            handler=EVENT_WINDOW_HANDLER,
             layer=layer,
             table=table,
             idempotency_table=idempotency_table,
             cluster_allowlist=cluster_allowlist,
             log_retention=log_retention,
+            extra_statements=[
+                # claim a due window (delete its record) and forget the events it handled
+                iam.PolicyStatement(sid="ClaimWindows", actions=["dynamodb:DeleteItem"], resources=[table.table_arn])
+            ],
         )
-        route_unprocessed(self.function, self.dlq)
+        self.window_function.function.add_environment("UNPROCESSED_QUEUE_URL", self.dlq.queue_url)
+        self.window_function.policy.add_statements(
+            iam.PolicyStatement(sid="KeepUnprocessed", actions=["sqs:SendMessage"], resources=[self.dlq.queue_arn]),
+            iam.PolicyStatement(
+                sid="ReadWindowQueue",
+                actions=[
+                    "sqs:ReceiveMessage",
+                    "sqs:DeleteMessage",
+                    "sqs:GetQueueAttributes",
+                    "sqs:ChangeMessageVisibility",
+                ],
+                resources=[self.window_queue.queue_arn],
+            ),
+        )
+        self.window_function.function.add_event_source(
+            event_sources.SqsEventSource(self.window_queue, batch_size=1, report_batch_item_failures=True)
+        )
         self.patterns = eventbridge.rule_patterns(allowlist)
         ids = {
             eventbridge.CLUSTER_EVENT: "ClusterEventRule",
@@ -155,6 +238,14 @@ class Detection(Construct):
                 "EventsRejected",
                 monitor_metric("EventsRejected"),
                 "The event handler rejected a HyperPod event it could not read (kept in the unprocessed queue)",
+                topic,
+            ),
+            "window_errors": alarm(
+                self,
+                "EventWindowErrors",
+                self.window_function.function.metric_errors(period=cdk.Duration.minutes(5), statistic="Sum"),
+                "The event-window function failed; SQS retries the window (its events stay kept), then keeps "
+                "the window's message in the unprocessed queue",
                 topic,
             ),
             "errors": alarm(

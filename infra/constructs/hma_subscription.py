@@ -19,15 +19,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_logs_destinations as destinations
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.constants import CTX_CLUSTER_ALLOWLIST, CTX_CLUSTER_LOG_GROUPS, LOG_SUBSCRIPTION_HANDLER
-from infra.constructs.sweep import triage_function
+from infra.constructs.detection import window_environment, window_statements
+from infra.constructs.python_function import PythonFunction
+from infra.constructs.sweep import triage_environment
 
 #: ``/aws/sagemaker/Clusters/<name>/<id>``: botocore's ClusterName pattern and the 12-character cluster id.
 CLUSTER_LOG_GROUP = re.compile(r"/aws/sagemaker/Clusters/(?P<name>[A-Za-z0-9](?:-*[A-Za-z0-9])*)/(?P<id>[a-z0-9]{12})")
@@ -95,21 +99,29 @@ class HmaSubscription(Construct):
         layer: lambda_.ILayerVersion,
         cluster_allowlist: list[str],
         log_retention: logs.RetentionDays,
+        window_queue: sqs.IQueue,
+        window_seconds: int,
     ) -> None:
         super().__init__(scope, construct_id)
         if not log_groups:
             raise ValueError("HmaSubscription needs at least one cluster log group")
         if not filter_pattern.strip() or len(filter_pattern) > MAX_FILTER_PATTERN:
             raise ValueError(f"the HMA filter pattern must be 1 to {MAX_FILTER_PATTERN} characters")
-        self.function = triage_function(
+        # Each node's records join their cluster's event window: the window function triages them, so
+        # this function reads nothing of the cluster (no HyperPod, EC2 or Session Manager permission).
+        self.function = PythonFunction(
             self,
             "LogSubscriptionHandler",
             handler=LOG_SUBSCRIPTION_HANDLER,
             layer=layer,
-            table=table,
-            idempotency_table=idempotency_table,
-            cluster_allowlist=cluster_allowlist,
+            read_only=False,
+            statements=window_statements(table, window_queue),
+            timeout=cdk.Duration.minutes(1),
             log_retention=log_retention,
+            environment={
+                **triage_environment(table, idempotency_table, cluster_allowlist),
+                **window_environment(window_queue, window_seconds),
+            },
         )
         self.alarms: dict[str, cloudwatch.Alarm] = {}
         destination = destinations.LambdaDestination(self.function.function)

@@ -73,14 +73,15 @@ def triage_function(
     idempotency_table: dynamodb.ITableV2,
     cluster_allowlist: list[str],
     log_retention: logs.RetentionDays,
+    extra_statements: list[iam.PolicyStatement] | None = None,
 ) -> PythonFunction:
-    """A function that runs one scoped triage into the store (HyperPod events, HMA log records)."""
+    """A function that runs triages into the store (a window of HyperPod events, HMA log records)."""
     return PythonFunction(
         scope,
         construct_id,
         handler=handler,
         layer=layer,
-        statements=findings_write_statements(table, idempotency_table),
+        statements=[*findings_write_statements(table, idempotency_table), *(extra_statements or [])],
         timeout=cdk.Duration.minutes(5),
         memory_size=1024,
         log_retention=log_retention,

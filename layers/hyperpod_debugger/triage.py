@@ -52,9 +52,12 @@ class TriageRequest:
     probe_options: ProbeOptions = ProbeOptions()
     #: only probe the node named in ``node`` (``hyperpod-debugger probe``): no cluster-level checks
     probe_only: bool = False
-    #: HyperPod's own verdict on ``node`` (a Node Health Event): reported beside our findings, and when
-    #: HyperPod is rebooting or replacing the node itself, the ladder suggests no second action
-    health: NodeHealthReport | None = None
+    #: the nodes a window of HyperPod events named (the monitor coalesces events): the checks read the whole
+    #: cluster once and these nodes are probed, up to ``probe_options.max_nodes``; ``node`` stays None
+    nodes: tuple[str, ...] = ()
+    #: HyperPod's own verdicts (Node Health Events) on the nodes they name: reported beside our findings,
+    #: and where HyperPod is rebooting or replacing a node itself, the ladder suggests no second action
+    health: tuple[NodeHealthReport, ...] = ()
     #: refuse a ``node`` the cluster does not have before anything else runs (the CLI's --node; an event
     #: about a node that was just replaced still triages the cluster)
     check_node: bool = False
@@ -159,7 +162,7 @@ def _probe_one_node(
         cluster,
         [node],
         now,
-        focus=node.instance_id,
+        focus=(node.instance_id,),
         suspects=[],
         controllers=controllers,
         options=replace(req.probe_options, window=req.event_window),
@@ -346,14 +349,22 @@ def _collect(req: TriageRequest, clients: AwsClients, cluster: Cluster, now: dat
 def _hyperpods_verdict(
     req: TriageRequest, obs: ClusterObservation, findings: list[Finding], checks: list[CheckCoverage]
 ) -> dict[str, str]:
-    """HyperPod's own verdict on the node (a Node Health Event) beside ours; the nodes it is repairing."""
-    if req.health is None:
+    """HyperPod's own verdicts (Node Health Events) beside ours; the nodes it is repairing. The check's
+    coverage names the nodes it looked at: it resolves nothing about any other node."""
+    if not req.health:
         return {}
-    findings += health_event_findings(obs, req.health)
-    checks.append(CheckCoverage(check=HEALTH_EVENT_CHECK, status=CheckStatus.RAN))
-    if req.health.hyperpod_acting:
-        return {req.health.instance_id: f"its health agent's repair action is {req.health.repair_action}"}
-    return {}
+    latest = {r.instance_id: r for r in sorted(req.health, key=_reported_at)}  # a node's last word counts
+    acting: dict[str, str] = {}
+    for report in latest.values():
+        findings += health_event_findings(obs, report)
+        if report.hyperpod_acting:
+            acting[report.instance_id] = f"its health agent's repair action is {report.repair_action}"
+    checks.append(CheckCoverage(check=HEALTH_EVENT_CHECK, status=CheckStatus.RAN, nodes=sorted(latest)))
+    return acting
+
+
+def _reported_at(report: NodeHealthReport) -> datetime:
+    return report.at or datetime.min.replace(tzinfo=UTC)
 
 
 def _probe(
@@ -379,7 +390,7 @@ def _probe(
         cluster,
         obs.nodes.value,
         now,
-        focus=req.node,
+        focus=req.nodes or ((req.node,) if req.node else ()),
         suspects=[f.instance_id for f in findings if f.instance_id and f.is_problem],
         controllers=ladder.slurm_controllers(obs),
         options=replace(req.probe_options, window=req.event_window, progress=req.progress),
@@ -432,7 +443,7 @@ def run_probe_batch(req: ProbeBatchRequest, clients: AwsClients | None = None) -
         cluster,
         list(req.nodes),
         now,
-        focus=None,
+        focus=(),
         suspects=[],
         controllers=set(req.controllers),
         options=replace(req.probe_options, max_nodes=len(req.nodes), window=req.event_window),

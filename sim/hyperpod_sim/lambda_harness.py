@@ -60,6 +60,7 @@ ALERT_TOPIC = "hyperpod-debugger-alerts"
 MAILBOX_QUEUE = "hyperpod-debugger-alerts-mailbox"
 UNPROCESSED_QUEUE = "hyperpod-debugger-unprocessed-events"
 OUTBOX_QUEUE = "hyperpod-debugger-outbox.fifo"
+WINDOW_QUEUE = "hyperpod-debugger-event-windows"
 OUTBOX_DLQ = "hyperpod-debugger-outbox-dlq.fifo"
 #: The stack's outbox settings (infra/constructs/notifications.py): visibility 6 minutes (6 × the
 #: courier's timeout), 200 receives before the dead-letter queue, four days of retention.
@@ -188,6 +189,7 @@ class MonitorResources:
     session_documents: dict[str, str] = field(default_factory=dict)
     outbox_url: str = ""
     outbox_dlq_url: str = ""
+    window_queue_url: str = ""
 
     def environment(self, **overrides: str | None) -> dict[str, str | None]:
         """The variables the event handler, the sweep and the notifier read, pointing at these resources."""
@@ -259,6 +261,7 @@ def provision_monitor(
     sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn)
     unprocessed_url = sqs.create_queue(QueueName=unprocessed_queue)["QueueUrl"]
     outbox_url, outbox_dlq_url = create_outbox(clients)
+    window_queue_url = sqs.create_queue(QueueName=WINDOW_QUEUE, Attributes={"VisibilityTimeout": "1800"})["QueueUrl"]
     return MonitorResources(
         region=clients.region,
         findings_table=findings_table,
@@ -270,6 +273,7 @@ def provision_monitor(
         session_documents=create_session_documents(clients) if session_documents else {},
         outbox_url=outbox_url,
         outbox_dlq_url=outbox_dlq_url,
+        window_queue_url=window_queue_url,
     )
 
 
@@ -388,12 +392,14 @@ class SqsEventSource:
         return deleted, len(failures)
 
     def depth(self) -> int:
-        """Messages in the queue, visible or not."""
-        attributes = self._sqs.get_queue_attributes(
-            QueueUrl=self.queue_url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+        """Messages in the queue: visible, in flight or delayed."""
+        names = [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ]
+        attributes = self._sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=names)["Attributes"]
+        return sum(int(attributes.get(name, 0)) for name in names)
 
 
 # --------------------------------------------------------------------------- stream
@@ -538,6 +544,7 @@ class MonitorHarness:
     output: CapturedOutput = field(default_factory=CapturedOutput)
     invocations: int = 0
     _outbox: SqsEventSource | None = None
+    _windows: SqsEventSource | None = None
 
     def invoke(
         self,
@@ -575,6 +582,26 @@ class MonitorHarness:
             responses.append(response)
         return responses
 
+    @property
+    def windows(self) -> SqsEventSource:
+        """The event-window queue, one message per batch (the stack's batch size)."""
+        if self._windows is None:
+            self._windows = SqsEventSource(self.clients, self.resources.window_queue_url, batch_size=1)
+        return self._windows
+
+    def run_windows(self, handler: Callable[[Any, Any], Any], *, rounds: int = 20) -> list[Any]:
+        """Run the window function on every window message visible now (move an :class:`SqsClock` past the
+        windows' delay first), as its event source would; returns the responses."""
+        responses = []
+        for _ in range(rounds):
+            event = self.windows.poll()
+            if event is None:
+                break
+            response = self.invoke(handler, event, function_name="hyperpod-event-window")
+            self.windows.settle(event, response)
+            responses.append(response)
+        return responses
+
     def stream_event(self) -> dict[str, Any]:
         """The findings table's stream records written since the last call, as a Lambda event."""
         return self.stream.read()
@@ -598,19 +625,23 @@ def monitor_harness(
     *,
     sink: SlackSink | None = None,
     env: Mapping[str, str | None] | None = None,
+    coalesce: bool = False,
     **names: str,
 ) -> Iterator[MonitorHarness]:
     """Provision the monitor on the simulated account and set the handlers' environment for the block.
 
     ``sink``: the Slack webhook stand-in (one is started and stopped here when not given).
     ``env``: extra or overriding variables (``PROBE_ENABLED``, ``START_SESSION_RATE``, ...).
+    ``coalesce``: events go through their cluster's window, as the stack deploys them (the window queue's
+    URL is set); off, each event is triaged at once by the function that received it.
     ``names``: resource names for :func:`provision_monitor`.
     """
     with contextlib.ExitStack() as stack:
         if sink is None:
             sink = stack.enter_context(SlackSink())
         resources = provision_monitor(clients, slack_url=sink.url, **names)
-        stack.enter_context(handler_environment(resources.environment(**dict(env or {}))))
+        windowed = {"EVENT_WINDOW_QUEUE_URL": resources.window_queue_url} if coalesce else {}
+        stack.enter_context(handler_environment(resources.environment(**windowed, **dict(env or {}))))
         yield MonitorHarness(clients, resources, sink, StreamReader(clients, resources.findings_table))
 
 

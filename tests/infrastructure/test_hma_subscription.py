@@ -106,17 +106,17 @@ def test_the_log_function_has_the_event_handlers_environment_and_its_own_role(
     assert len({json.dumps(f["Properties"]["Role"]) for f in functions.values()}) == len(functions)
 
 
-def test_the_log_function_reads_hyperpod_and_writes_only_its_tables(with_groups: Template):
+def test_the_log_function_only_keeps_records_for_their_windows(with_groups: Template):
     policies = [r for k, r in with_groups.find_resources("AWS::IAM::Policy").items() if k.startswith("HmaSubscription")]
     statements = {s.get("Sid"): s for p in policies for s in p["Properties"]["PolicyDocument"]["Statement"]}
-    assert {"HyperPodRead", "ClusterLogsRead", "FindingsReadWrite", "Idempotency", "OwnLogGroup"} <= set(statements)
-    writes = [
-        a
-        for s in statements.values()
-        for a in stack_checks._actions(s)
-        if a.split(":")[0] in {"sagemaker", "ec2", "eks"} and not a.split(":")[1].startswith(stack_checks.READ_VERBS)
-    ]
-    assert writes == []
+    assert {"KeepEventsForWindows", "ScheduleWindows", "OwnLogGroup"} <= set(statements)
+    actions = {a for s in statements.values() for a in stack_checks._actions(s)}
+    assert not {a for a in actions if a.split(":")[0] in {"sagemaker", "ec2", "eks", "ssm", "ssmmessages"}}
+    [function] = with_groups.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"Handler": c.LOG_SUBSCRIPTION_HANDLER}}
+    ).values()
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert "EVENT_WINDOW_QUEUE_URL" in variables and variables["EVENT_WINDOW_S"] == "100"
 
 
 def test_a_custom_filter_pattern_is_used_verbatim(tmp_path_factory):

@@ -28,7 +28,9 @@ from hyperpod_debugger.aws.clients import AwsClients, iam_action
 from infra import constants as c
 from tests.infrastructure.test_stack import _actions, _statements
 
-TRIAGING = (c.EVENT_HANDLER, c.SWEEP_HANDLER, c.PROBE_BATCH_HANDLER, c.LOG_SUBSCRIPTION_HANDLER)
+TRIAGING = (c.EVENT_WINDOW_HANDLER, c.SWEEP_HANDLER, c.PROBE_BATCH_HANDLER)
+#: Functions that keep events for their windows and read nothing of the cluster.
+KEEPING = (c.EVENT_HANDLER, c.LOG_SUBSCRIPTION_HANDLER)
 
 
 # --------------------------------------------------------------------------- IAM's catalogue
@@ -183,7 +185,7 @@ def recording_run() -> Recorder:
     from functions.shared.events import PROBE_ITEM_SELECTOR
     from hyperpod_sim import seed
     from hyperpod_sim.demo import _simulated_account
-    from hyperpod_sim.lambda_harness import map_items, monitor_harness
+    from hyperpod_sim.lambda_harness import SqsClock, map_items, monitor_harness
     from hyperpod_sim.monitor_demo import DEMO_ENV, node_health_event
     from tests.integration.test_log_subscription import delivery, slurm_detection
 
@@ -193,7 +195,8 @@ def recording_run() -> Recorder:
         with (
             _simulated_account(now) as (clients, demo),
             recording(mp) as recorder,
-            monitor_harness(clients, env={**DEMO_ENV, "LOG_MAX_NODES": "2"}) as monitor,
+            SqsClock() as clock,
+            monitor_harness(clients, env={**DEMO_ENV, "LOG_MAX_NODES": "2"}, coalesce=True) as monitor,
         ):
 
             def invoke(handler: str, event: Any) -> Any:
@@ -204,8 +207,14 @@ def recording_run() -> Recorder:
                 finally:
                     recorder.function = None
 
+            def run_windows() -> None:
+                clock.advance(901)  # past the windows' delay
+                while (event := monitor.windows.poll()) is not None:
+                    monitor.windows.settle(event, invoke(c.EVENT_WINDOW_HANDLER, event))
+
             node = demo.eks.nodes["gpu-workers"][1]
             invoke(c.EVENT_HANDLER, node_health_event(demo, node, now))
+            run_windows()
             invoke(c.STREAM_NOTIFIER_HANDLER, monitor.stream_event())
             deliver(monitor, invoke)
             for cluster in (demo.eks, demo.slurm):
@@ -218,6 +227,7 @@ def recording_run() -> Recorder:
                     invoke(c.PROBE_BATCH_HANDLER, batch)
             _, stream = slurm_detection(demo.slurm)
             invoke(c.LOG_SUBSCRIPTION_HANDLER, delivery(demo.slurm, stream, [seed.slurm_hma_record(now, 79)]))
+            run_windows()
             invoke(c.STREAM_NOTIFIER_HANDLER, monitor.stream_event())
             deliver(monitor, invoke)
     finally:
@@ -242,15 +252,18 @@ def test_every_session_the_handlers_opened_used_a_pinned_document_and_sent_no_co
 
 def test_the_recording_saw_the_calls_that_matter(recorded):
     # not a recording of nothing: the probe, the store and the alerts are all in it
-    assert {"sagemaker:ListClusterNodes", "ssm:StartSession", "dynamodb:PutItem"} <= recorded[c.EVENT_HANDLER]
+    assert {"sagemaker:ListClusterNodes", "ssm:StartSession", "dynamodb:PutItem"} <= recorded[c.EVENT_WINDOW_HANDLER]
+    # the event function keeps the event and schedules its window, and reads nothing of the cluster
+    assert recorded[c.EVENT_HANDLER] == {"dynamodb:PutItem", "sqs:SendMessage"}
+    assert recorded[c.LOG_SUBSCRIPTION_HANDLER] <= {"dynamodb:PutItem", "sqs:SendMessage"}
     assert "ssm:StartSession" in recorded[c.PROBE_BATCH_HANDLER]
     assert "sqs:SendMessage" in recorded[c.STREAM_NOTIFIER_HANDLER]
     assert {"sns:Publish", "secretsmanager:GetSecretValue", "dynamodb:BatchWriteItem"} <= recorded[c.COURIER_HANDLER]
     assert "dynamodb:TransactWriteItems" not in set().union(*recorded.values())  # turned into item actions
-    assert set(recorded) == {*TRIAGING, c.STREAM_NOTIFIER_HANDLER, c.COURIER_HANDLER}
+    assert set(recorded) == {*TRIAGING, *KEEPING, c.STREAM_NOTIFIER_HANDLER, c.COURIER_HANDLER}
 
 
-@pytest.mark.parametrize("handler", [*TRIAGING, c.STREAM_NOTIFIER_HANDLER, c.COURIER_HANDLER])
+@pytest.mark.parametrize("handler", [*TRIAGING, *KEEPING, c.STREAM_NOTIFIER_HANDLER, c.COURIER_HANDLER])
 def test_every_call_a_handler_made_is_granted_to_its_role(every_setting: Template, recorded, handler):
     statements = role_statements(every_setting, handler)
     denied = sorted(a for a in recorded[handler] if not granted(statements, a))

@@ -24,9 +24,9 @@ def _role_of(template: Template, function_prefix: str) -> str:
 
 def test_each_triaging_role_gets_a_cluster_scoped_view_entry_on_each_eks_cluster(with_eks: Template):
     entries = with_eks.find_resources("AWS::EKS::AccessEntry")
-    triaging = {
-        _role_of(with_eks, p) for p in ("DetectionEventHandler", "SweepSweepCluster", "HmaSubscriptionLogSubscription")
-    }
+    # the functions that run a triage: the event window and the sweep's cluster step (the event and log
+    # functions only keep events for their windows)
+    triaging = {_role_of(with_eks, p) for p in ("DetectionEventWindow", "SweepSweepCluster")}
     pairs = set()
     for entry in entries.values():
         props = entry["Properties"]
@@ -38,7 +38,7 @@ def test_each_triaging_role_gets_a_cluster_scoped_view_entry_on_each_eks_cluster
         )
         pairs.add((props["ClusterName"], props["PrincipalArn"]["Fn::GetAtt"][0]))
     assert pairs == {(c, r) for c in ("ml-eks-prod-eks", "second_cluster") for r in triaging}
-    assert len(entries) == 6
+    assert len(entries) == 4
 
 
 def test_probe_and_notifier_roles_get_no_kubernetes_access(with_eks: Template):

@@ -19,7 +19,7 @@ from infra import constants as c
 from tests.infrastructure.conftest import synth
 from tests.infrastructure.test_iam_reality import role_statements
 
-PROBING = (c.EVENT_HANDLER, c.SWEEP_HANDLER, c.PROBE_BATCH_HANDLER, c.LOG_SUBSCRIPTION_HANDLER)
+PROBING = (c.EVENT_WINDOW_HANDLER, c.SWEEP_HANDLER, c.PROBE_BATCH_HANDLER)
 
 
 def documents(template: Template) -> dict[str, dict]:
@@ -93,9 +93,12 @@ def test_a_function_may_end_only_its_own_sessions(every_setting: Template, handl
     assert ":session/*" in json.dumps(terminate["Resource"])
 
 
-def test_the_notifier_cannot_open_sessions(every_setting: Template):
-    actions = json.dumps([s["Action"] for s in role_statements(every_setting, c.STREAM_NOTIFIER_HANDLER)])
+@pytest.mark.parametrize("handler", [c.STREAM_NOTIFIER_HANDLER, c.EVENT_HANDLER, c.LOG_SUBSCRIPTION_HANDLER])
+def test_the_notifier_and_the_functions_that_only_keep_events_cannot_open_sessions(every_setting: Template, handler):
+    actions = json.dumps([s["Action"] for s in role_statements(every_setting, handler)])
     assert "ssm:" not in actions and "ssmmessages:" not in actions
+    if handler != c.STREAM_NOTIFIER_HANDLER:  # they keep events and schedule windows; they read no cluster
+        assert "sagemaker:" not in actions and "ec2:" not in actions and "eks:" not in actions
 
 
 def test_the_aws_document_fallback_creates_nothing_and_grants_no_document_deny(tmp_path_factory):

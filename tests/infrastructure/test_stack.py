@@ -359,9 +359,9 @@ def test_functions_share_factory_defaults(template: Template, handler: str):
 def test_each_function_has_its_own_role_and_retained_log_group(template: Template):
     functions = template.find_resources("AWS::Lambda::Function")
     roles = {json.dumps(f["Properties"]["Role"]) for f in functions.values()}
-    # event handler, sweep cluster step, sweep probe batch, stream notifier, courier
-    assert len(functions) == 5
-    assert len(roles) == 5
+    # event handler, event window, sweep cluster step, sweep probe batch, stream notifier, courier
+    assert len(functions) == 6
+    assert len(roles) == 6
     template.all_resources_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
 
 
@@ -707,3 +707,45 @@ def test_the_simulators_outbox_is_the_stacks():
         c.OUTBOX_MAX_RECEIVES,
         c.OUTBOX_RETENTION_DAYS * 86400,
     )
+
+
+# --- event windows ------------------------------------------------------------------------------------------
+
+
+def _resource(template: Template, kind: str, logical_prefix: str) -> dict:
+    [found] = [r for k, r in template.find_resources(kind).items() if k.startswith(logical_prefix)]
+    return found
+
+
+def test_the_window_queue_feeds_the_window_function_one_window_at_a_time(template: Template):
+    queue = _resource(template, "AWS::SQS::Queue", "DetectionEventWindowQueue")["Properties"]
+    assert queue["SqsManagedSseEnabled"] is True
+    # six times the window function's five minutes, as Lambda advises for SQS sources
+    assert queue["VisibilityTimeout"] == 1800
+    # a window that keeps failing ends in the unprocessed-events queue (its alarm fires), not lost
+    assert queue["RedrivePolicy"]["maxReceiveCount"] == 5
+    assert queue["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0].startswith("DetectionEventTargetDlq")
+    [mapping] = [
+        m["Properties"]
+        for m in template.find_resources("AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["EventSourceArn"]["Fn::GetAtt"][0].startswith("DetectionEventWindowQueue")
+    ]
+    assert mapping["BatchSize"] == 1
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert mapping["FunctionName"]["Ref"].startswith("DetectionEventWindowFunction")
+
+
+def test_the_event_function_is_told_its_window_and_may_only_keep_and_schedule(template: Template):
+    function = _resource(template, "AWS::Lambda::Function", "DetectionEventHandlerFunction")["Properties"]
+    variables = function["Environment"]["Variables"]
+    assert variables["EVENT_WINDOW_QUEUE_URL"]["Ref"].startswith("DetectionEventWindowQueue")
+    assert variables["EVENT_WINDOW_S"] == str(c.DEFAULT_EVENT_WINDOW_SECONDS)
+    assert function["Timeout"] == 30
+
+
+def test_the_window_length_is_a_setting_and_refused_beyond_sqs_delays(tmp_path_factory):
+    template = synth(tmp_path_factory, eventWindowSeconds=60)[1]
+    function = _resource(template, "AWS::Lambda::Function", "DetectionEventHandlerFunction")["Properties"]
+    assert function["Environment"]["Variables"]["EVENT_WINDOW_S"] == "60"
+    with pytest.raises(ValueError, match="eventWindowSeconds"):
+        synth(tmp_path_factory, eventWindowSeconds=901)

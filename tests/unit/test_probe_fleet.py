@@ -166,3 +166,23 @@ def test_no_session_starts_after_the_round_closes_and_the_rest_are_left_out():
     assert all(p.outcome == "OK" for p in probes)
     closed = asyncio.run(probe_fleet(_nodes(3), "cmd", run, rate=1000, start_until=time.monotonic() - 1))
     assert closed == []
+
+
+def test_the_nodes_a_window_named_are_probed_in_order_up_to_the_cap_and_the_rest_are_said():
+    from dataclasses import replace
+
+    from hyperpod_debugger.probe.runner import select_nodes
+
+    nodes = [node for node, _ in _nodes(6)]
+    down = replace(nodes[1], status="Failure")
+    listed = [nodes[0], down, *nodes[2:]]
+    named = [nodes[4].instance_id, down.instance_id, "i-0000000000000dead", nodes[2].instance_id, nodes[3].instance_id]
+    chosen, note = select_nodes(listed, focus=named, suspects=[], max_nodes=2)
+    # never a node the events did not name; in the order they named them; Running only
+    assert [n.instance_id for n in chosen] == [nodes[4].instance_id, nodes[2].instance_id]
+    assert note == (
+        "2 of the 5 node(s) the events named: 1 not in the node list, 1 not Running, "
+        "1 over the cap of 2, left to the sweep (suspects first)"
+    )
+    # one named node is probed whatever its status, as --node is
+    assert select_nodes(listed, focus=[down.instance_id], suspects=[], max_nodes=0)[0] == [down]

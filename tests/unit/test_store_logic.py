@@ -310,3 +310,38 @@ def test_one_trim_serves_checks_and_store():
     assert trim_evidence(["a", "b"]) == ["a", "b"]
     # what the store keeps: the same bound, silent, and at most so many bytes (cut at a character)
     assert bounded_evidence(["é" * 3000, "x"]) == ("é" * (EVIDENCE_MAX_BYTES // 2),)
+
+
+# --- a check that looked at some nodes only (a window of HyperPod events) -----------------------------------
+
+
+def test_hyperpods_verdict_in_a_window_resolves_only_the_nodes_the_window_named():
+    verdict = dict(check="events.node_health", section="F", tag=Tag.WARN, message="HyperPod says unhealthy")
+    first = plan_sweep({}, report([finding(**verdict, instance_id=NODE_A)], ran=("events.node_health",)), T0)
+    stored = stored_after(first)
+    # a later window names only NODE_B (healthy): NODE_A's verdict is not its to resolve
+    coverage = [CheckCoverage(check="events.node_health", status=CheckStatus.RAN, nodes=[NODE_B])]
+    later = report([], ran=())
+    later.coverage.checks.extend(coverage)
+    assert plan_sweep(stored, later, T0 + timedelta(minutes=5)).resolved == []
+    # the window that names NODE_A again, healthy now, resolves it
+    named_a = report([], ran=())
+    named_a.coverage.checks.append(CheckCoverage(check="events.node_health", status=CheckStatus.RAN, nodes=[NODE_A]))
+    [resolved] = plan_sweep(stored, named_a, T0 + timedelta(minutes=10)).resolved
+    assert resolved.item.instance_id == NODE_A
+
+
+def test_a_window_names_what_made_it_look_per_node():
+    from hyperpod_debugger.lifecycle.findings import Trigger
+
+    plan = plan_sweep(
+        {},
+        report([finding(instance_id=NODE_A), finding(instance_id=NODE_B), finding(instance_id=None, message="vpc")]),
+        T0,
+        trigger=Trigger("event", "2 HyperPod events in one window"),
+        node_triggers={NODE_A: Trigger("event", f"Node Health Event for {NODE_A}", NODE_A)},
+    )
+    said = {c.item.instance_id: (c.item.trigger, c.item.trigger_node) for c in plan.new}
+    assert said[NODE_A] == (f"Node Health Event for {NODE_A}", NODE_A)
+    assert said[NODE_B] == ("2 HyperPod events in one window", None)
+    assert said[None] == ("2 HyperPod events in one window", None)

@@ -2,8 +2,9 @@
 
 | module | trigger | calls |
 |---|---|---|
-| :mod:`.events` | EventBridge: HyperPod's three detail-types | ``logic.signals.handle_cluster_event`` |
-| :mod:`.hma` | CloudWatch Logs subscription on a cluster log group | ``logic.signals.triage_nodes`` |
+| :mod:`.events` | EventBridge: HyperPod's detail-types | ``logic.windows.enqueue`` (or ``handle_cluster_event``) |
+| :mod:`.hma` | CloudWatch Logs subscription on a cluster log group | ``logic.windows.enqueue`` (or ``triage_nodes``) |
+| :mod:`.windows` | the window queue (SQS, delayed until a window is due) | ``logic.windows.run_window`` |
 | :mod:`.sweep` | the sweep state machine, one cluster per call | ``logic.sweep.sweep_cluster`` |
 | :mod:`.probes` | the sweep's inner Map, one batch of nodes per call | ``logic.sweep.probe_batch`` |
 | :mod:`.stream` | the findings table's DynamoDB stream | ``logic.stream.notify`` |
@@ -23,6 +24,7 @@ from typing import Any
 ENTRY_POINTS = {
     "event_handler": "events",
     "log_subscription": "hma",
+    "event_window": "windows",
     "sweep_cluster": "sweep",
     "probe_batch": "probes",
     "stream_notifier": "stream",

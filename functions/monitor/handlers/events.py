@@ -1,7 +1,9 @@
 """EventBridge (HyperPod's three detail-types) → a scoped triage into the findings store.
 
-Idempotent on the EventBridge event id (SageMaker may send one change twice). An event no retry can fix
-is kept, with the reason, in the unprocessed-events queue.
+With a window queue (the stack's default), the event is kept for its cluster's window and the window
+function runs one triage for every event of the window (``logic.windows``); without one, the event is
+triaged at once. Idempotent on the EventBridge event id (SageMaker may send one change twice). An event no
+retry can fix is kept, with the reason, in the unprocessed-events queue.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pydantic import ValidationError
 
 from functions.monitor.logic import signals
 from functions.monitor.runtime import reject, validation_errors, with_env
-from functions.monitor.signal_run import signal_runner
+from functions.monitor.signal_run import coalesced, signal_runner
 from functions.shared.env import monitor_env
 from functions.shared.events import parse_hyperpod_event
 from functions.shared.observability import logger, metrics, tracer
@@ -38,5 +40,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         if signal is None:
             logger.info("cluster event ignored: informational", event_id=parsed.id, detail_type=parsed.detail_type)
             return {"status": "ignored", "event_id": parsed.id}
+        hand_over = coalesced(env)
+        if hand_over is not None:
+            return hand_over(signal)
         return signal_runner(env, context)(signal)
     return reject(event, errors, queue_url=env.UNPROCESSED_QUEUE_URL, region=env.AWS_REGION, kind="event")

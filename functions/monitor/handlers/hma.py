@@ -1,8 +1,11 @@
-"""HMA detection records from a cluster log group's subscription filter → one scoped triage per node.
+"""HMA detection records from a cluster log group's subscription filter → each node's record kept for its
+cluster's window (one triage for the window, ``logic.windows``), or, without a window queue, one scoped
+triage per node.
 
 A payload that cannot be read is kept (with the reason) and counted rather than raised: the retry Lambda
 would make carries the same bytes. A failed triage does raise, so the retry redoes only the nodes whose
-idempotency record did not complete. Nodes past ``LOG_MAX_NODES`` are deferred to the sweep.
+idempotency record did not complete. Without a window queue, nodes past ``LOG_MAX_NODES`` are deferred to
+the sweep.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from functions.monitor import hma_logs
 from functions.monitor.logic import signals
 from functions.monitor.runtime import reject, with_env
-from functions.monitor.signal_run import signal_runner
+from functions.monitor.signal_run import coalesced, signal_runner
 from functions.shared.env import monitor_env
 from functions.shared.observability import logger, metrics, tracer
 
@@ -56,6 +59,16 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         )
     if not batch.signals:
         logger.info("log payload holds nothing to triage", extra={"reason": batch.dropped, **where})
+    hand_over = coalesced(env)
+    if hand_over is not None:
+        kept = [hand_over(signal) for signal in batch.signals]
+        metrics.add_metric(name="HmaDetections", unit=MetricUnit.Count, value=batch.detections)
+        return {
+            "status": "queued",
+            **where,
+            "nodes": [{"node": k["node"], "event_id": k["event_id"], "window": k.get("window")} for k in kept],
+            **({"dropped": batch.dropped} if batch.dropped else {}),
+        }
     result = signals.triage_nodes(batch.signals, signal_runner(env, context), limit=env.LOG_MAX_NODES)
     if result.deferred:
         logger.warning("nodes deferred to the sweep", deferred=result.deferred, limit=env.LOG_MAX_NODES)

@@ -168,7 +168,7 @@ def triage_request(
         now=now,
         probe=probe and signal.node is not None,
         probe_options=ProbeOptions(max_nodes=1, timeout=probe_timeout, documents=documents),
-        health=signal.health,
+        health=(signal.health,) if signal.health is not None else (),
     )
 
 

@@ -181,6 +181,11 @@ class CheckCoverage(BaseModel):
     check: str
     status: CheckStatus
     reason: str | None = None
+    nodes: list[str] | None = Field(
+        default=None,
+        description="The only nodes this check looked at (HyperPod's verdicts on the nodes its events named); "
+        "null: every node the run saw.",
+    )
 
 
 class Coverage(BaseModel):

@@ -17,7 +17,8 @@ and decides, per fingerprint, one of the transitions below. The DynamoDB adapter
   a skipped or unknown check resolves nothing, nor does a run that failed (``report.error``), and
   a focused run (``report.scope_node``) resolves only findings of that node, and an on-node
   finding (``probe.*``) is resolved only when its node's probe document was evaluated in this run
-  (``coverage.probed_nodes``): a sweep probes a rotating subset of a large cluster. A run that read
+  (``coverage.probed_nodes``): a sweep probes a rotating subset of a large cluster. A check whose
+  coverage names its nodes (HyperPod's verdicts in a window of events) resolves only on those. A run that read
   the whole node list (``nodes_present``) resolves every finding of a node no longer in it.
 * REOPENED: a RESOLVED fingerprint seen again (first_seen stays where it was).
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -319,21 +321,28 @@ def plan_sweep(
     heartbeat: timedelta = HEARTBEAT,
     nodes_present: frozenset[str] | set[str] | None = None,
     trigger: Trigger | None = None,
+    node_triggers: Mapping[str, Trigger] | None = None,
 ) -> SweepPlan:
-    """Decide every transition one report causes; each written image names ``trigger``, what made the run look.
+    """Decide every transition one report causes; each written image names ``trigger``, what made the run look
+    (or, for a finding on a node in ``node_triggers``, what named that node: one event of a window).
 
     ``previous_open`` maps fingerprint → stored finding for the report's cluster. It normally holds
     the OPEN and ACKNOWLEDGED items; RESOLVED items it happens to hold are candidates for REOPENED
     (when it does not hold them, the adapter still turns a NEW that collides into a REOPENED).
     """
     plan = _plan(previous_open, report, now, heartbeat=heartbeat, nodes_present=nodes_present)
-    if trigger is None:
+    if trigger is None and not node_triggers:
         return plan
+    by_node = node_triggers or {}
+
+    def named(item: StoredFinding) -> StoredFinding:
+        cause = by_node.get(item.instance_id or "", trigger)
+        if cause is None:
+            return item
+        return replace(item, trigger_kind=cause.kind, trigger=cause.what, trigger_node=cause.node)
+
     for changes in (plan.new, plan.reopened, plan.escalated, plan.unchanged, plan.resolved):
-        changes[:] = [
-            replace(c, item=replace(c.item, trigger_kind=trigger.kind, trigger=trigger.what, trigger_node=trigger.node))
-            for c in changes
-        ]
+        changes[:] = [replace(c, item=named(c.item)) for c in changes]
     return plan
 
 
@@ -387,6 +396,11 @@ def _plan(
     blind_nodes = {(f.check, f.instance_id) for f in report.findings if f.tag is Tag.UNKNOWN}
     blind_checks = {check for check, node in blind_nodes if node is None}
     probed = set(report.coverage.probed_nodes or ())
+    # a check that looked at some nodes only (HyperPod's verdicts on the nodes a window of events named)
+    looked_at: dict[str, set[str]] = {}
+    for entry in report.coverage.checks:
+        if entry.nodes is not None:
+            looked_at.setdefault(entry.check, set()).update(entry.nodes)
     for fp, previous in previous_open.items():
         if previous.state is State.RESOLVED or fp in current:
             continue
@@ -400,6 +414,8 @@ def _plan(
         if (previous.check, previous.instance_id) in blind_nodes:
             continue
         if report.scope_node and previous.instance_id != report.scope_node:
+            continue
+        if previous.check in looked_at and previous.instance_id not in looked_at[previous.check]:
             continue
         if is_on_node(previous.check) and previous.instance_id and previous.instance_id not in probed:
             continue  # the node was not probed this time (rotation, cap, unreachable): nothing is known

@@ -53,12 +53,32 @@ class ProbeRun:
 
 
 def select_nodes(
-    nodes: Sequence[ClusterNode], *, focus: str | None, suspects: Sequence[str], max_nodes: int
+    nodes: Sequence[ClusterNode], *, focus: Sequence[str], suspects: Sequence[str], max_nodes: int
 ) -> tuple[list[ClusterNode], str]:
-    """(nodes to probe, a sentence for the coverage) — never a different node than the one asked for."""
+    """(nodes to probe, a sentence for the coverage) — never a different node than the ones asked for.
+
+    ``focus``: the nodes a run is about (``--node``, or the nodes a window of HyperPod events named): only
+    those, in that order; one asked-for node is probed whatever its status, several only while Running and
+    up to ``max_nodes`` (the rest are named as left to the sweep)."""
+    if len(focus) == 1:
+        chosen = [n for n in nodes if n.instance_id == focus[0]]
+        return chosen, (f"node {focus[0]}" if chosen else f"node {focus[0]} is not in the node list")
     if focus:
-        chosen = [n for n in nodes if n.instance_id == focus]
-        return chosen, (f"node {focus}" if chosen else f"node {focus} is not in the node list")
+        by_id = {n.instance_id: n for n in nodes}
+        named = [by_id[iid] for iid in dict.fromkeys(focus) if iid in by_id]
+        ready = [n for n in named if n.status in PROBEABLE]
+        chosen = ready[: max(0, max_nodes)]
+        note = f"{len(chosen)} of the {len(dict.fromkeys(focus))} node(s) the events named"
+        left = [
+            f"{len(dict.fromkeys(focus)) - len(named)} not in the node list" if len(named) < len(set(focus)) else "",
+            f"{len(named) - len(ready)} not Running" if len(ready) < len(named) else "",
+            f"{len(ready) - len(chosen)} over the cap of {max_nodes}, left to the sweep (suspects first)"
+            if len(chosen) < len(ready)
+            else "",
+        ]
+        if any(left):
+            note += ": " + ", ".join(x for x in left if x)
+        return chosen, note
     ready = [n for n in nodes if n.status in PROBEABLE]
     ordered = order_nodes(ready, suspects)
     chosen = ordered[: max(0, max_nodes)]
@@ -102,7 +122,7 @@ def probe_cluster(
     nodes: Sequence[ClusterNode],
     now: datetime,
     *,
-    focus: str | None,
+    focus: Sequence[str],
     suspects: Sequence[str],
     controllers: set[str],
     options: ProbeOptions,

@@ -1,0 +1,81 @@
+"""The window queue (SQS, each message delayed until its window is due) → one triage per window of events.
+
+Each message names one cluster's window (:mod:`functions.monitor.logic.windows`). A message that is not a
+window message is kept, with the reason, in the unprocessed-events queue and not retried; a window whose
+triage fails is reported as a batch item failure, so SQS retries it (its events stay kept) and, after the
+queue's receive limit, keeps the message in the unprocessed-events queue.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.monitor.adapters import keep_unprocessed
+from functions.monitor.logic import windows
+from functions.monitor.runtime import reject, with_env
+from functions.monitor.signal_run import window_runner
+from functions.monitor.window_store import TableWindows
+from functions.shared.clients import clients
+from functions.shared.env import MonitorEnv, monitor_env
+from functions.shared.observability import logger, metrics, tracer
+
+_processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+
+def _window(record: SQSRecord, env: MonitorEnv, context: LambdaContext) -> dict[str, Any]:
+    try:
+        body = json.loads(record.body)
+        window = windows.Window.from_message(body if isinstance(body, dict) else {})
+    except ValueError as exc:
+        errors = [{"at": "body", "error": str(exc)[:300]}]
+        return reject(
+            {"id": record.message_id, "body": record.body},
+            errors,
+            queue_url=env.UNPROCESSED_QUEUE_URL,
+            region=env.AWS_REGION,
+            kind="window message",
+            metric="WindowMessagesRejected",
+        )
+
+    def keep_unreadable(unreadable: list[dict[str, Any]]) -> None:
+        for item in unreadable:
+            errors = [{"at": "kept event", "error": item["error"]}]
+            keep_unprocessed(
+                env.UNPROCESSED_QUEUE_URL, env.AWS_REGION, item["record"], kind="kept event", errors=errors
+            )
+        logger.error("kept events that cannot be read: moved to the unprocessed queue", count=len(unreadable))
+
+    result = windows.run_window(
+        window,
+        windows=TableWindows(clients(env.AWS_REGION), env.FINDINGS_TABLE),
+        run=window_runner(env, context),
+        keep_unreadable=keep_unreadable,
+    )
+    metrics.add_metric(name="WindowsRun", unit=MetricUnit.Count, value=1)
+    logger.info("window done", **{k: v for k, v in result.items() if k != "transitions"})
+    return result
+
+
+@with_env(monitor_env)
+@logger.inject_lambda_context(log_event=False)
+@metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    env = monitor_env()
+    raw = event.get("Records") if isinstance(event, dict) else None
+    records = [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
+    response = process_partial_response(
+        event={"Records": records},
+        record_handler=lambda record: _window(record, env, context),
+        processor=_processor,
+        context=context,
+    )
+    for failure in response.get("batchItemFailures", []):
+        logger.error("window failed: SQS retries it, its events stay kept", message_id=failure["itemIdentifier"])
+    return dict(response)  # only batchItemFailures: what the event source mapping reads

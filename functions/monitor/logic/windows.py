@@ -1,0 +1,396 @@
+"""Coalesced events: HyperPod events for one cluster that arrive within a short window become one triage.
+
+A rack failure or a bad driver rollout sends hundreds of Node Health Events within minutes; a triage per
+event would read the whole cluster (one ListClusterNodes page per 100 nodes, the VPC, logs, Kubernetes)
+hundreds of times. Instead (``references/decisions.md``, 2026-12-02):
+
+1. The event function keeps each event in the findings table (one item per event, under the cluster) and
+   makes sure a *window* is open for the cluster: the first event of a quiet cluster opens one (a
+   conditional write, so exactly one opener) and schedules it on the window queue to run ``window_s``
+   later (an SQS message delay). Later events only add their item.
+2. When the window is due, the window function *claims* it (deletes the window record, so the next event
+   opens a new window), reads the cluster's kept events received since the window opened (an earlier
+   window's, still in its triage or retried, are left to it), and runs **one** triage: the cluster is read
+   once, every node the events named is probed (up to a cap; the rest are left to the sweep, which probes
+   suspects first) and gets HyperPod's verdict; then the events it handled are deleted.
+
+Nothing is dropped: events are kept until a triage that handled them succeeded; a window whose message was
+lost is taken over by the next event once it is ``STALE_AFTER`` past due; a window with one node and nothing
+else runs the node's scoped triage, exactly as one event would.
+
+Everything here is pure or takes its ports; the DynamoDB and SQS adapter is ``functions.monitor.window_store``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal, Protocol
+
+from functions.monitor.logic.signals import ClusterSignal, FindingsPort, Triage
+from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments
+from hyperpod_debugger.domain.observations import NodeHealthReport
+from hyperpod_debugger.lifecycle.findings import Transition, Trigger, iso, parse_iso, plan_sweep
+from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.triage import TriageRequest
+
+#: How long a window gathers events before its triage runs (seconds). A storm of five minutes costs three
+#: cluster reads; a lone event is triaged this long after it arrived (plus the triage itself).
+WINDOW_S = 100
+#: A window this long past due whose message never came (a lost send) is taken over by the next event.
+STALE_AFTER = timedelta(minutes=5)
+#: Nodes one window probes (the rest get HyperPod's verdict and the cluster's checks now, and their probe
+#: in the next sweep, which probes suspects first).
+WINDOW_PROBE_MAX_NODES = 15
+#: StartSession calls per second a window's probes use (the sweep leaves 10 % of the account's rate).
+WINDOW_PROBE_RATE = 0.5
+
+
+@dataclass(frozen=True)
+class Window:
+    """One open window of a cluster: the id its message carries, and when it is due."""
+
+    cluster_arn: str
+    region: str
+    window_id: str
+    opened_at: datetime
+    due_at: datetime
+
+    def message(self) -> dict[str, str]:
+        return {
+            "cluster_arn": self.cluster_arn,
+            "region": self.region,
+            "window_id": self.window_id,
+            "opened_at": iso(self.opened_at),
+            "due_at": iso(self.due_at),
+        }
+
+    @classmethod
+    def from_message(cls, body: dict[str, Any]) -> Window:
+        """Raises ``ValueError`` naming what is missing or malformed."""
+        missing = [k for k in ("cluster_arn", "region", "window_id", "due_at") if not isinstance(body.get(k), str)]
+        if missing:
+            raise ValueError(f"window message without {', '.join(missing)}")
+        due = parse_iso(body["due_at"])
+        opened = parse_iso(body["opened_at"]) if isinstance(body.get("opened_at"), str) else due
+        return cls(body["cluster_arn"], body["region"], body["window_id"], opened, due)
+
+
+class WindowsPort(Protocol):
+    """Where kept events and open windows live (the findings table)."""
+
+    def keep(self, cluster_arn: str, record: dict[str, Any], now: datetime) -> None:
+        """Keep one event's record (a repeat of the same event id overwrites it)."""
+
+    def open(self, window: Window, *, stale_before: datetime) -> Window | None:
+        """Open ``window`` unless one is open that is not stale; the window opened, else None. A takeover of a
+        stale window starts where that one started (so it covers that window's events)."""
+
+    def cancel(self, window: Window) -> None:
+        """Remove ``window``'s record (its message could not be sent), if it is still that window."""
+
+    def claim(self, window: Window) -> Literal["claimed", "gone", "superseded"]:
+        """Close ``window`` so the next event opens a new one: ``claimed``; ``gone`` when it was claimed before
+        (a repeat delivery, or a retry after a failed triage); ``superseded`` when another window took it over
+        (this message was late), starting where it started."""
+
+    def kept(self, cluster_arn: str) -> list[dict[str, Any]]:
+        """Every kept event record of the cluster, oldest first."""
+
+    def discard(self, cluster_arn: str, event_ids: Sequence[str]) -> int:
+        """Delete the kept records of these events (handled); how many were deleted."""
+
+
+class QueuePort(Protocol):
+    def schedule(self, window: Window, delay_s: int) -> None:
+        """Deliver ``window.message()`` to the window function in ``delay_s`` seconds; raises when refused."""
+
+
+# --- one event -----------------------------------------------------------------------------------------
+
+
+def record_of(signal: ClusterSignal, received_at: datetime) -> dict[str, Any]:
+    """A signal as the item kept for its window (JSON types only)."""
+    health = signal.health
+    return {
+        "event_id": signal.event_id,
+        "cluster_arn": signal.cluster_arn,
+        "region": signal.region,
+        "node": signal.node,
+        "reason": signal.reason,
+        "cluster_name": signal.cluster_name,
+        "cluster_ref": signal.cluster_ref,
+        "source": signal.source,
+        "notes": list(signal.notes),
+        "received_at": iso(received_at),
+        "health": None
+        if health is None
+        else {
+            "instance_id": health.instance_id,
+            "status": health.status,
+            "reason": health.reason,
+            "repair_action": health.repair_action,
+            "recommendation": health.recommendation,
+            "event_id": health.event_id,
+            "at": iso(health.at) if health.at else None,
+        },
+    }
+
+
+def signal_of_record(record: dict[str, Any]) -> ClusterSignal:
+    """A kept record back as the signal it was; raises ``ValueError`` for a record that is not one."""
+    try:
+        health = record.get("health")
+        report = None
+        if isinstance(health, dict):
+            at = health.get("at")
+            report = NodeHealthReport(
+                instance_id=str(health["instance_id"]),
+                status=health.get("status"),
+                reason=health.get("reason"),
+                repair_action=health.get("repair_action"),
+                recommendation=health.get("recommendation"),
+                event_id=health.get("event_id"),
+                at=parse_iso(at) if isinstance(at, str) else None,
+            )
+        return ClusterSignal(
+            event_id=str(record["event_id"]),
+            cluster_arn=str(record["cluster_arn"]),
+            region=str(record["region"]),
+            node=str(record["node"]) if record.get("node") else None,
+            reason=str(record.get("reason") or ""),
+            cluster_name=str(record.get("cluster_name") or ""),
+            cluster_ref=str(record.get("cluster_ref") or ""),
+            health=report,
+            notes=tuple(str(n) for n in record.get("notes") or ()),
+            source=str(record.get("source") or "HyperPod event"),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"a kept event record that cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def new_window(signal: ClusterSignal, now: datetime, window_s: int) -> Window:
+    digest = hashlib.sha256(f"{signal.cluster_arn}|{signal.event_id}|{iso(now)}".encode()).hexdigest()[:16]
+    return Window(signal.cluster_arn, signal.region, f"w-{digest}", now, now + timedelta(seconds=window_s))
+
+
+def enqueue(
+    signal: ClusterSignal,
+    *,
+    windows: WindowsPort,
+    queue: QueuePort,
+    now: datetime,
+    window_s: int = WINDOW_S,
+) -> dict[str, Any]:
+    """Keep the event for its cluster's window, opening (and scheduling) the window when none is open.
+
+    Raises when the event cannot be kept or a window it opened cannot be scheduled (the opened window is
+    removed first): the event function fails, and EventBridge/Lambda retry it.
+    """
+    windows.keep(signal.cluster_arn, record_of(signal, now), now)
+    window = windows.open(new_window(signal, now, window_s), stale_before=now - STALE_AFTER)
+    out: dict[str, Any] = {
+        "status": "queued",
+        "event_id": signal.event_id,
+        "cluster_arn": signal.cluster_arn,
+        "node": signal.node,
+    }
+    if window is None:
+        return {**out, "window": "joined the open window"}
+    try:
+        queue.schedule(window, max(0, round((window.due_at - now).total_seconds())))
+    except Exception:
+        windows.cancel(window)
+        raise
+    return {**out, "window": window.window_id, "due_at": iso(window.due_at)}
+
+
+# --- one window ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class WindowEvents:
+    """The kept events of one window, read back: the signals in arrival order and what could not be read."""
+
+    signals: list[ClusterSignal] = field(default_factory=list)
+    #: kept records that are not events any more (damaged): ``{"event_id", "error", "record"}``
+    unreadable: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def event_ids(self) -> list[str]:
+        return [s.event_id for s in self.signals]
+
+    @property
+    def nodes(self) -> list[str]:
+        """The distinct nodes the events named, in the order they were first named."""
+        return list(dict.fromkeys(s.node for s in self.signals if s.node))
+
+    @property
+    def cluster_wide(self) -> bool:
+        """More than one node, or an event about the cluster itself: one cluster-wide triage."""
+        return len(self.nodes) != 1 or any(s.node is None for s in self.signals)
+
+    def idempotency_key(self, cluster_arn: str) -> str:
+        """The same events give the same key (a repeat delivery reuses the first run's result)."""
+        joined = "\n".join(sorted(self.event_ids))
+        return f"window#{cluster_arn}#{hashlib.sha256(joined.encode()).hexdigest()[:32]}"
+
+
+def read_events(records: Iterable[dict[str, Any]]) -> WindowEvents:
+    out = WindowEvents()
+    seen: set[str] = set()
+    for record in records:
+        try:
+            signal = signal_of_record(record)
+        except ValueError as exc:
+            out.unreadable.append({"event_id": str(record.get("event_id") or ""), "error": str(exc), "record": record})
+            continue
+        if signal.event_id not in seen:
+            seen.add(signal.event_id)
+            out.signals.append(signal)
+    return out
+
+
+def window_trigger(events: WindowEvents) -> tuple[Trigger, dict[str, Trigger]]:
+    """What made the monitor look, as alerts say it: the window as a whole, and per named node its event."""
+    per_node = {s.node: s.trigger for s in events.signals if s.node}
+    sources = sorted({s.source for s in events.signals})
+    count = len(events.signals)
+    words = f"{count} HyperPod events in one window ({', '.join(sources)})" if count > 1 else events.signals[0].source
+    kind: Literal["event", "log"] = "log" if all(s.trigger.kind == "log" for s in events.signals) else "event"
+    return Trigger(kind, words), per_node
+
+
+def window_request(
+    events: WindowEvents,
+    now: datetime,
+    *,
+    probe: bool,
+    probe_timeout: float,
+    documents: SessionDocuments = NO_DOCUMENTS,
+    max_nodes: int = WINDOW_PROBE_MAX_NODES,
+    rate: float = WINDOW_PROBE_RATE,
+) -> TriageRequest:
+    """One triage for the window: scoped to the node when the window named one node only, else the whole
+    cluster with the named nodes probed (up to ``max_nodes``) and HyperPod's verdict on each."""
+    first = events.signals[0]
+    nodes = events.nodes
+    health = tuple(s.health for s in events.signals if s.health is not None)
+    options = ProbeOptions(max_nodes=max(1, max_nodes), rate=rate, timeout=probe_timeout, documents=documents)
+    if not events.cluster_wide:
+        return TriageRequest(
+            cluster=first.cluster,
+            region=first.region,
+            node=nodes[0],
+            now=now,
+            probe=probe,
+            probe_options=ProbeOptions(max_nodes=1, rate=rate, timeout=probe_timeout, documents=documents),
+            health=health,
+        )
+    return TriageRequest(
+        cluster=first.cluster,
+        region=first.region,
+        nodes=tuple(nodes),
+        now=now,
+        probe=probe and bool(nodes),
+        probe_options=options,
+        health=health,
+    )
+
+
+def handle_window(
+    events: WindowEvents,
+    *,
+    triage: Triage,
+    store: FindingsPort,
+    now: datetime,
+    probe: bool = True,
+    probe_timeout: float = 180.0,
+    documents: SessionDocuments = NO_DOCUMENTS,
+    max_nodes: int = WINDOW_PROBE_MAX_NODES,
+    rate: float = WINDOW_PROBE_RATE,
+) -> tuple[list[Transition], dict[str, Any]]:
+    """Run the window's one triage and write what changed. Returns the transitions and what the triage
+    did (for the log and the response): nodes named, probed, and not probed (not Running, or over the cap:
+    the sweep probes them, suspects first)."""
+    request = window_request(
+        events,
+        now,
+        probe=probe,
+        probe_timeout=probe_timeout,
+        documents=documents,
+        max_nodes=max_nodes,
+        rate=rate,
+    )
+    report = triage(request)
+    cluster = report.cluster.arn or events.signals[0].cluster_arn
+    trigger, per_node = window_trigger(events)
+    plan = plan_sweep(store.open_findings(cluster), report, now, trigger=trigger, node_triggers=per_node)
+    transitions = store.apply(plan, now)
+    probed = set(report.coverage.probed_nodes or ())
+    named = events.nodes
+    summary = {
+        "events": len(events.signals),
+        "nodes": len(named),
+        "probed": len([n for n in named if n in probed]),
+        "not_probed": [n for n in named if n not in probed] if request.probe else [],
+        "scoped": request.node,
+        "api_calls": sum(report.coverage.api_calls.values()),
+        "error": report.error.kind if report.error else None,
+    }
+    return transitions, summary
+
+
+Claim = Literal["claimed", "gone", "superseded"]
+#: Clocks of two invocations may differ this much: an event kept this long before its window opened is its.
+CLOCK_SKEW = timedelta(seconds=2)
+
+
+def _since(records: list[dict[str, Any]], opened_at: datetime) -> list[dict[str, Any]]:
+    """The kept events that are this window's: received since it opened. Older ones belong to an earlier
+    window still running (a long triage) or being retried, which handles them; a record whose time cannot
+    be read is taken, so that it is looked at."""
+    out = []
+    for record in records:
+        try:
+            received = parse_iso(str(record["received_at"]))
+        except (KeyError, ValueError):
+            out.append(record)
+            continue
+        if received >= opened_at - CLOCK_SKEW:
+            out.append(record)
+    return out
+
+
+def run_window(
+    window: Window,
+    *,
+    windows: WindowsPort,
+    run: Callable[[WindowEvents], dict[str, Any]],
+    keep_unreadable: Callable[[list[dict[str, Any]]], None],
+) -> dict[str, Any]:
+    """Claim the window, run its one triage over the cluster's kept events received since the window opened
+    (an earlier window's events are that window's, even while its triage still runs), then forget them.
+
+    ``run`` is the idempotent triage (keyed on the events it handles). A ``superseded`` message is stale
+    (a newer window took over after this one's message went missing) and does nothing. Kept records that
+    cannot be read go to ``keep_unreadable`` (the unprocessed-events queue) before they are forgotten.
+    Raises when the triage fails: the message is retried and the events stay kept.
+    """
+    claimed = windows.claim(window)
+    out: dict[str, Any] = {"cluster_arn": window.cluster_arn, "window": window.window_id, "claim": claimed}
+    if claimed == "superseded":
+        return {**out, "status": "superseded"}
+    events = read_events(_since(windows.kept(window.cluster_arn), window.opened_at))
+    damaged = [u["event_id"] for u in events.unreadable if u["event_id"]]
+    if events.unreadable:
+        keep_unreadable(events.unreadable)
+        windows.discard(window.cluster_arn, damaged)
+        out["unreadable"] = [f"{u['event_id'] or '(no id)'}: {u['error']}" for u in events.unreadable]
+    if not events.signals:
+        return {**out, "status": "empty"}
+    result = run(events)
+    discarded = windows.discard(window.cluster_arn, events.event_ids)
+    return {**out, **result, "status": "processed", "discarded": discarded}
