@@ -45,17 +45,22 @@ def _run_signal(event: dict[str, Any], signal: signals.ClusterSignal, env: Monit
     }
 
 
-def signal_runner(env: MonitorEnv, context: LambdaContext) -> Callable[[signals.ClusterSignal], dict[str, Any]]:
-    """Run one signal's triage into the store, once per ``signal.event_id`` (a repeat returns the first
-    run's result from the idempotency table)."""
-    config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=env.IDEMPOTENCY_TTL_S)
+def _once_per_key(function: Callable[..., dict[str, Any]], key: str, env: MonitorEnv, context: LambdaContext) -> Any:
+    """``function`` run once per value of ``event[key]`` (Powertools idempotency, in the idempotency table)."""
+    config = IdempotencyConfig(event_key_jmespath=key, expires_after_seconds=env.IDEMPOTENCY_TTL_S)
     config.register_lambda_context(context)
-    run = idempotent_function(
-        _run_signal,
+    return idempotent_function(
+        function,
         data_keyword_argument="event",
         persistence_store=idempotency_store(env.IDEMPOTENCY_TABLE, env.AWS_REGION),
         config=config,
     )
+
+
+def signal_runner(env: MonitorEnv, context: LambdaContext) -> Callable[[signals.ClusterSignal], dict[str, Any]]:
+    """Run one signal's triage into the store, once per ``signal.event_id`` (a repeat returns the first
+    run's result from the idempotency table)."""
+    run = _once_per_key(_run_signal, "id", env, context)
 
     def once(signal: signals.ClusterSignal) -> dict[str, Any]:
         logger.info(
@@ -121,14 +126,7 @@ def _run_window(event: dict[str, Any], events: windows.WindowEvents, env: Monito
 def window_runner(env: MonitorEnv, context: LambdaContext) -> Callable[[windows.WindowEvents], dict[str, Any]]:
     """Run one window's triage into the store, once per set of events (a repeat delivery of the same window
     returns the first run's result)."""
-    config = IdempotencyConfig(event_key_jmespath="key", expires_after_seconds=env.IDEMPOTENCY_TTL_S)
-    config.register_lambda_context(context)
-    run = idempotent_function(
-        _run_window,
-        data_keyword_argument="event",
-        persistence_store=idempotency_store(env.IDEMPOTENCY_TABLE, env.AWS_REGION),
-        config=config,
-    )
+    run = _once_per_key(_run_window, "key", env, context)
 
     def once(events: windows.WindowEvents) -> dict[str, Any]:
         key = events.idempotency_key(events.signals[0].cluster_arn)

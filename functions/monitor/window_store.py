@@ -20,7 +20,7 @@ from typing import Any, Literal
 from functions.monitor.logic.windows import Window
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, call
-from hyperpod_debugger.aws.store import BATCH_WRITE_SIZE, plain, typed
+from hyperpod_debugger.aws.store import batch_write, plain, typed
 from hyperpod_debugger.lifecycle.findings import iso, parse_iso
 
 EVENT_TTL = timedelta(days=2)
@@ -106,7 +106,8 @@ class TableWindows:
             ExpressionAttributeValues=typed({":opened": iso(window.opened_at), ":id": window.window_id}),
         )
 
-    def cancel(self, window: Window) -> None:
+    def _delete(self, window: Window) -> bool:
+        """Delete the window's record if it is still that window's; False when it is not (or is gone)."""
         try:
             call(
                 self._ddb,
@@ -120,36 +121,29 @@ class TableWindows:
         except ApiCallError as exc:
             if not _conditional_failed(exc):
                 raise
+            return False
+        return True
+
+    def cancel(self, window: Window) -> None:
+        self._delete(window)
 
     def claim(self, window: Window) -> Literal["claimed", "gone", "superseded"]:
-        try:
-            call(
-                self._ddb,
-                "dynamodb:DeleteItem",
-                "delete_item",
-                TableName=self.table,
-                Key=_window_key(window.cluster_arn),
-                ConditionExpression="window_id = :id",
-                ExpressionAttributeValues=typed({":id": window.window_id}),
-            )
-        except ApiCallError as exc:
-            if not _conditional_failed(exc):
-                raise
-            current = call(
-                self._ddb,
-                "dynamodb:GetItem",
-                "get_item",
-                TableName=self.table,
-                Key=_window_key(window.cluster_arn),
-                ConsistentRead=True,
-            ).get("Item")
-            if current is None:
-                return "gone"
-            # a window that started no later than this one took it over (this message was thought lost);
-            # a later one was opened after this window's claim (this is a retry)
-            opened = parse_iso(str(plain(current).get("opened_at") or iso(window.opened_at)))
-            return "superseded" if opened <= window.opened_at else "gone"
-        return "claimed"
+        if self._delete(window):
+            return "claimed"
+        current = call(
+            self._ddb,
+            "dynamodb:GetItem",
+            "get_item",
+            TableName=self.table,
+            Key=_window_key(window.cluster_arn),
+            ConsistentRead=True,
+        ).get("Item")
+        if current is None:
+            return "gone"
+        # a window that started no later than this one took it over (this message was thought lost);
+        # a later one was opened after this window's claim (this is a retry)
+        opened = parse_iso(str(plain(current).get("opened_at") or iso(window.opened_at)))
+        return "superseded" if opened <= window.opened_at else "gone"
 
     def kept(self, cluster_arn: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
@@ -182,19 +176,7 @@ class TableWindows:
 
     def discard(self, cluster_arn: str, event_ids: Sequence[str]) -> int:
         keys = [{"pk": _events_pk(cluster_arn), "sk": f"EVENT#{e}"} for e in dict.fromkeys(event_ids)]
-        deleted = 0
-        for start in range(0, len(keys), BATCH_WRITE_SIZE):
-            pending = [{"DeleteRequest": {"Key": typed(k)}} for k in keys[start : start + BATCH_WRITE_SIZE]]
-            for _ in range(5):
-                response = call(
-                    self._ddb, "dynamodb:BatchWriteItem", "batch_write_item", RequestItems={self.table: pending}
-                )
-                left = (response.get("UnprocessedItems") or {}).get(self.table) or []
-                deleted += len(pending) - len(left)
-                if not left:
-                    break
-                pending = left
-        return deleted
+        return batch_write(self._ddb, self.table, [{"DeleteRequest": {"Key": typed(k)}} for k in keys])
 
 
 class WindowQueue:

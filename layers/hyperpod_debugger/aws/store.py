@@ -211,6 +211,22 @@ class HistoryRecord:
     message: str
 
 
+def batch_write(ddb: Any, table: str, requests: list[dict[str, Any]]) -> int:
+    """BatchWriteItem in pages of 25, sending back what DynamoDB left unprocessed; how many were written."""
+    written = 0
+    for start in range(0, len(requests), BATCH_WRITE_SIZE):
+        pending = requests[start : start + BATCH_WRITE_SIZE]
+        for attempt in range(BATCH_WRITE_ROUNDS):
+            response = call(ddb, "dynamodb:BatchWriteItem", "batch_write_item", RequestItems={table: pending})
+            left = (response.get("UnprocessedItems") or {}).get(table) or []
+            written += len(pending) - len(left)
+            if not left:
+                break
+            pending = left
+            time.sleep(0.05 * 2**attempt)  # throttled shards: back off before sending the rest
+    return written
+
+
 class FindingStore:
     def __init__(self, clients: AwsClients, table_name: str, *, history_ttl: timedelta = HISTORY_TTL) -> None:
         self._ddb = clients.client("dynamodb")
@@ -376,21 +392,7 @@ class FindingStore:
         return self._batch_write(requests)
 
     def _batch_write(self, requests: list[dict[str, Any]]) -> int:
-        """BatchWriteItem in pages of 25, sending back what DynamoDB left unprocessed; how many were written."""
-        written = 0
-        for start in range(0, len(requests), BATCH_WRITE_SIZE):
-            pending = requests[start : start + BATCH_WRITE_SIZE]
-            for attempt in range(BATCH_WRITE_ROUNDS):
-                response = call(
-                    self._ddb, "dynamodb:BatchWriteItem", "batch_write_item", RequestItems={self.table: pending}
-                )
-                left = (response.get("UnprocessedItems") or {}).get(self.table) or []
-                written += len(pending) - len(left)
-                if not left:
-                    break
-                pending = left
-                time.sleep(0.05 * 2**attempt)  # throttled shards: back off before sending the rest
-        return written
+        return batch_write(self._ddb, self.table, requests)
 
     def apply(self, plan: SweepPlan, now: datetime) -> list[Transition]:
         """Write a plan; return the transitions that happened (heartbeats are written, not returned)."""
