@@ -1,4 +1,4 @@
-"""EventBridge (HyperPod's three detail-types) → a scoped triage into the findings store.
+"""EventBridge (HyperPod's three detail-types) → the event kept for its cluster's window (or a scoped triage).
 
 With a window queue (the stack's default), the event is kept for its cluster's window and the window
 function runs one triage for every event of the window (``logic.windows``); without one, the event is
