@@ -39,7 +39,7 @@ from hyperpod_sim.server import simulated_aws
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ARN = "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcd1234efgh"
-ENTRY_POINTS = ("events", "hma", "sweep", "probes", "stream", "outbox")
+ENTRY_POINTS = ("events", "hma", "windows", "sweep", "probes", "stream", "outbox")
 WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
 
 
