@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
@@ -286,7 +286,7 @@ def window_request(
             node=nodes[0],
             now=now,
             probe=probe,
-            probe_options=ProbeOptions(max_nodes=1, rate=rate, timeout=probe_timeout, documents=documents),
+            probe_options=replace(options, max_nodes=1),
             health=health,
         )
     return TriageRequest(
@@ -343,7 +343,6 @@ def handle_window(
     return transitions, summary
 
 
-Claim = Literal["claimed", "gone", "superseded"]
 #: Clocks of two invocations may differ this much: an event kept this long before its window opened is its.
 CLOCK_SKEW = timedelta(seconds=2)
 
