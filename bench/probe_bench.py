@@ -1,6 +1,9 @@
-"""Benchmark: evaluate many probe documents (default 20,000, mixed healthy and faulty) in one process.
+"""Benchmark: CPU per probe document for all on-node evaluators together (default 20,000 documents, mixed
+healthy and faulty, evaluated one at a time as a sweep's probe function does).
 
-Target on the project's 2-core machine: under 2 ms per document for all evaluators together.
+The documents are split into rounds after a warm-up (a probe function evaluates thousands in one warm
+process); the figure is the median round's CPU per document, with the fastest and slowest rounds beside it
+so a noisy machine shows as a wide spread. Target on the project's 2-core machine: under 1 ms.
 
     make bench            # or: .venv/bin/python bench/probe_bench.py --documents 20000
 """
@@ -8,6 +11,7 @@ Target on the project's 2-core machine: under 2 ms per document for all evaluato
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -17,6 +21,8 @@ from hyperpod_debugger.probe.registry import evaluate
 from hyperpod_sim.probe_docs import node_document
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+TARGET_MS = 1.0
+WARM_UP = 200
 #: A mix: three quarters healthy, the rest with a spread of faults.
 FAULT_MIX = (
     (),
@@ -39,24 +45,33 @@ def make_document(index: int):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     ctx = ProbeContext(instance_type="ml.p5.48xlarge", now=NOW, orchestrator="EKS", window=timedelta(hours=24))
+    for index in range(WARM_UP):
+        evaluate(make_document(index), ctx)
+    per_round = max(1, args.documents // args.rounds)
     findings = 0
-    elapsed = 0.0
+    rounds_ms: list[float] = []
     # One document at a time, as a sweep handles them: build it (untimed), evaluate it (timed), drop it.
-    for index in range(args.documents):
-        doc = make_document(index)
-        started = time.perf_counter()
-        produced, _ = evaluate(doc, ctx)
-        elapsed += time.perf_counter() - started
-        findings += sum(1 for f in produced if f.is_problem)
-    per_doc_ms = elapsed / args.documents * 1000
-    print(f"documents                    {args.documents}")
-    print(f"total seconds                {elapsed:.2f}")
-    print(f"per document (ms)            {per_doc_ms:.3f}")
+    for round_ in range(args.rounds):
+        cpu = 0.0
+        for index in range(round_ * per_round, (round_ + 1) * per_round):
+            doc = make_document(index)
+            started = time.process_time()
+            produced, _ = evaluate(doc, ctx)
+            cpu += time.process_time() - started
+            findings += sum(1 for f in produced if f.is_problem)
+        rounds_ms.append(cpu / per_round * 1000)
+    median = statistics.median(rounds_ms)
+    print(f"documents                    {per_round * args.rounds} ({args.rounds} rounds after {WARM_UP} warm-up)")
+    print(
+        f"CPU per document (ms)        {median:.3f} median round (fastest {min(rounds_ms):.3f}, "
+        f"slowest {max(rounds_ms):.3f})"
+    )
     print(f"problem findings             {findings}")
-    ok = per_doc_ms < 2.0
-    print(f"targets:\n  [{'PASS' if ok else 'FAIL'}] < 2 ms per document")
+    ok = median < TARGET_MS
+    print(f"targets:\n  [{'PASS' if ok else 'FAIL'}] < {TARGET_MS:g} ms CPU per document (median round)")
     return 0 if ok else 1
 
 

@@ -27,6 +27,7 @@ from hyperpod_debugger.checks import (
 from hyperpod_debugger.checks.base import Check, CheckContext
 from hyperpod_debugger.domain.model import CheckCoverage, CheckStatus, Finding, Priority, Tag
 from hyperpod_debugger.domain.observations import ClusterObservation, NotApplicable, Unobservable
+from hyperpod_debugger.domain.sections import link
 
 LOG = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def execute(
         try:
             produced = check.run(obs, ctx)
         except NotApplicable as exc:
-            coverage.append(CheckCoverage(check=check.id, status=CheckStatus.SKIPPED, reason=str(exc)))
+            coverage.append(_skipped(check.id, str(exc)))
             continue
         except Unobservable as exc:
             coverage.append(CheckCoverage(check=check.id, status=CheckStatus.UNKNOWN, reason=exc.failure.describe()))
@@ -117,25 +118,51 @@ def execute(
         if scope_node:
             # --node focuses the run: findings about other nodes are left out; cluster-wide ones stay.
             produced = [f for f in produced if f.instance_id in (None, scope_node)]
-        if check.section:
-            # a PASS points at the runbook section of what it verified (problems carry their own already)
+        partial = unrouted = False
+        for f in produced:
+            if f.tag is Tag.UNKNOWN:
+                partial = True
+            elif f.tag is Tag.PASS and f.section is None:
+                unrouted = True
+        if unrouted and check.section:
+            # a PASS points at the runbook section of what it verified (problems carry their own already);
+            # the finding builders do this already, a finding built by hand gets it here, with its link
             produced = [
-                f.model_copy(update={"section": check.section})
+                f.model_copy(update={"section": check.section, "runbook": link(check.section)})
                 if f.tag is Tag.PASS and f.section is None and f.check == check.id
                 else f
                 for f in produced
             ]
         findings.extend(produced)
-        partial = any(f.tag is Tag.UNKNOWN for f in produced)
-        coverage.append(
-            # Validated like any model: pydantic's validator (Rust) is faster than model_construct (Python).
-            CheckCoverage(
-                check=check.id,
-                status=CheckStatus.RAN,
-                reason="some inputs could not be read" if partial else None,
-            )
-        )
+        coverage.append(_ran(check.id, partial))
     return findings, coverage, denied_by
+
+
+#: (check id, partial) → its "ran" coverage record: frozen, so every run shares one
+_RAN: dict[tuple[str, bool], CheckCoverage] = {}
+
+
+#: (check id, reason) → its "skipped" record; reasons are few per check (a bound keeps odd ones out)
+_SKIPPED: dict[tuple[str, str], CheckCoverage] = {}
+_SKIPPED_KEPT = 2048
+
+
+def _skipped(check: str, reason: str) -> CheckCoverage:
+    record = _SKIPPED.get((check, reason))
+    if record is None:
+        record = CheckCoverage(check=check, status=CheckStatus.SKIPPED, reason=reason)
+        if len(_SKIPPED) < _SKIPPED_KEPT:
+            _SKIPPED[(check, reason)] = record
+    return record
+
+
+def _ran(check: str, partial: bool) -> CheckCoverage:
+    record = _RAN.get((check, partial))
+    if record is None:
+        record = _RAN[(check, partial)] = CheckCoverage(
+            check=check, status=CheckStatus.RAN, reason="some inputs could not be read" if partial else None
+        )
+    return record
 
 
 #: IAM service prefixes of the actions the collectors call.

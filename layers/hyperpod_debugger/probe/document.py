@@ -9,9 +9,10 @@ Contract (``references/probe.md``)::
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
@@ -24,6 +25,10 @@ SCHEMA_VERSION = 1
 MISSING_TOOL_CODES = frozenset({126, 127})
 #: the probe's marker when it stops an output at its size limit
 TRUNCATION_MARKER = "[hyperpod-debugger: output truncated]"
+
+
+#: what :meth:`ProbeDocument.cached` answers for a key nothing was parsed under yet
+NOT_PARSED = object()
 
 
 class ProbeDocumentError(ValueError):
@@ -62,13 +67,23 @@ class ProbeDocument:
     #: files of a raw folder that are not probe items (``analyze --raw-dir`` names them)
     ignored: tuple[str, ...] = ()
     #: parse results shared by the evaluators of one document (each item is parsed once)
-    _parsed: dict = field(default_factory=dict, repr=False, compare=False)
+    _parsed: dict[Hashable, object] = field(default_factory=dict, repr=False, compare=False)
 
-    def parsed(self, key: str, parse: Callable[[], T]) -> T:
+    def parsed(self, key: Hashable, parse: Callable[[], T]) -> T:
         """``parse()`` once per document and ``key``; later calls return the same result."""
-        if key not in self._parsed:
-            self._parsed[key] = parse()
-        return self._parsed[key]
+        cache = self._parsed
+        if key in cache:
+            return cache[key]  # type: ignore[return-value]
+        result = cache[key] = parse()
+        return result
+
+    def forget_parsed(self) -> None:
+        """Drop the shared parse results (the next evaluation parses again)."""
+        self._parsed.clear()
+
+    def cached(self, key: Hashable) -> object:
+        """What :meth:`parsed` keeps under ``key``, or :data:`NOT_PARSED` (a hot path's cheap look first)."""
+        return self._parsed.get(key, NOT_PARSED)
 
     def item(self, item_id: str) -> ProbeItem | None:
         return self.items.get(item_id)
@@ -78,6 +93,23 @@ class ProbeDocument:
         if self.collected_at is None or self.uptime_s is None:
             return None
         return self.collected_at - timedelta(seconds=self.uptime_s)
+
+
+#: outputs longer than this are parsed for their document only (a fleet's identical ones are short)
+SHARED_MAX_CHARS = 8192
+
+
+def fleet_shared(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """For the parser of an item a fleet's nodes print alike (unit states, mounts, block and EFA devices,
+    libfabric providers): each distinct output up to :data:`SHARED_MAX_CHARS` is parsed once per
+    process (the last 128 kept) and its result shared, so the parser must return an immutable value."""
+    remembered = functools.lru_cache(maxsize=128)(parse)
+
+    @functools.wraps(parse)
+    def shared(text: str) -> T:
+        return remembered(text) if len(text) <= SHARED_MAX_CHARS else parse(text)
+
+    return shared
 
 
 def _parse_time(value: object) -> datetime | None:

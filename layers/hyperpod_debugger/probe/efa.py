@@ -24,7 +24,7 @@ from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
 from hyperpod_debugger.probe.catalog import spec_for
-from hyperpod_debugger.probe.document import TRUNCATION_MARKER, ProbeDocument, ProbeItem
+from hyperpod_debugger.probe.document import TRUNCATION_MARKER, ProbeDocument, ProbeItem, fleet_shared
 from hyperpod_debugger.remediation.suggest import read_only
 
 CHECK_EFA = "probe.efa"
@@ -60,6 +60,7 @@ class EfaDevices:
     other: tuple[str, ...]
 
 
+@fleet_shared
 def parse_devices(text: str) -> EfaDevices:
     """EFA and other RDMA device names from ``ls -1 /sys/class/infiniband`` (error text ignored)."""
     efa: list[str] = []
@@ -82,6 +83,7 @@ class FiInfo:
     nics: tuple[str, ...]
 
 
+@fleet_shared
 def parse_fi_info(text: str) -> FiInfo:
     providers: dict[str, None] = {}
     nics: dict[str, None] = {}

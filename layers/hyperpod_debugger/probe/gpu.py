@@ -19,6 +19,7 @@ import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from hyperpod_debugger.checks.base import Check
 from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag, trim_evidence
@@ -68,6 +69,7 @@ BOOT_GRACE_S = 300.0  # GPUs may still be initialising this soon after boot (HMA
 NVLINK_MODELS = frozenset({"A100", "H100", "H200", "B200"})
 
 _ON_NODE = "on the node (SSM session, § K)"
+_number, _flag = nvsmi.number, nvsmi.flag
 _NOT_INSTALLED = re.compile(r"command not found|No such file or directory|not installed", re.IGNORECASE)
 
 
@@ -75,8 +77,13 @@ _NOT_INSTALLED = re.compile(r"command not found|No such file or directory|not in
 
 
 def _tool_missing(found: ProbeItem) -> bool:
-    return found.exit_code in MISSING_TOOL_CODES or bool(
-        _NOT_INSTALLED.search(f"{found.stdout[:300]}\n{found.stderr[:300]}")
+    if found.exit_code in MISSING_TOOL_CODES:
+        return True
+    head = f"{found.stdout[:300]}\n{found.stderr[:300]}"
+    # the words are rare in a healthy output: a plain substring test spares the regex almost always
+    lowered = head.lower()
+    return ("not found" in lowered or "no such file" in lowered or "not installed" in lowered) and bool(
+        _NOT_INSTALLED.search(head)
     )
 
 
@@ -102,12 +109,12 @@ def _source(doc: ProbeDocument, item_id: str, what: str) -> Source:
         return Source(item=_usable(doc, item_id, what))
     except (NotApplicable, Unobservable) as exc:
         found = doc.item(item_id)
-        return Source(problem=exc, tool_missing=found is not None and _tool_missing(found))
+        # kept without its traceback: its frames would hold the whole evaluation in a reference cycle
+        return Source(problem=exc.with_traceback(None), tool_missing=found is not None and _tool_missing(found))
 
 
-@dataclass(frozen=True, slots=True)
-class Fact:
-    """One value and the verbatim lines it was read from."""
+class Fact(NamedTuple):
+    """One value and the verbatim lines it was read from (a named tuple: a document makes ~150)."""
 
     value: object
     lines: tuple[str, ...]
@@ -133,16 +140,18 @@ class Gpu:
         return f"GPU {self.bus_id}"
 
     def csv_number(self, column: str) -> Fact | None:
-        if self.row is None:
+        row = self.row
+        if row is None:
             return None
-        value = self.row.number(column)
-        return Fact(value, (self.row.line,), "csv") if value is not None else None
+        value = row.number(column)
+        return Fact(value, (row.line,), "csv") if value is not None else None
 
     def csv_flag(self, column: str) -> Fact | None:
-        if self.row is None:
+        row = self.row
+        if row is None:
             return None
-        value = self.row.flag(column)
-        return Fact(value, (self.row.line,), "csv") if value is not None else None
+        value = row.flag(column)
+        return Fact(value, (row.line,), "csv") if value is not None else None
 
     def q_fact(self, value: object, line: str) -> Fact:
         return Fact(value, (self.q.header_line if self.q else self.label, line))
@@ -164,10 +173,12 @@ class GpuSet:
         self._by_key: dict[str, Gpu] = {}
         self._q_merged = False
         self._q_read = False
+        self._has: dict[tuple[str, ...], bool] = {}
+        self._truncated: dict[bool, list[str]] = {}
         for position, row in enumerate(self.csv.rows if self.csv else ()):
-            bus = row.bus_id
-            gpu = self._add(nvsmi.bus_key(bus) or f"index:{row.index if row.index is not None else position}")
-            gpu.bus_id, gpu.index, gpu.row = bus, row.index, row
+            bus, index = row.bus_id, row.index
+            gpu = self._add(nvsmi.bus_key(bus) or f"index:{index if index is not None else position}")
+            gpu.bus_id, gpu.index, gpu.row = bus, index, row
         for row in self.remap.rows if self.remap else ():
             key = nvsmi.bus_key(row.bus_id)
             if key is None:
@@ -216,7 +227,10 @@ class GpuSet:
         return self.gpus
 
     def csv_has(self, *columns: str) -> bool:
-        return self.csv is not None and all(self.csv.has(c) for c in columns)
+        known = self._has.get(columns)
+        if known is None:
+            known = self._has[columns] = self.csv is not None and all(self.csv.has(c) for c in columns)
+        return known
 
     @property
     def expected_count(self) -> int:
@@ -229,6 +243,13 @@ class GpuSet:
 
     @property
     def truncated_items(self) -> list[str]:
+        # fixed once -q has been read (or found unneeded): kept per state, since every finding cites it
+        known = self._truncated.get(self._q_read)
+        if known is None:
+            known = self._truncated[self._q_read] = self._find_truncated()
+        return list(known)
+
+    def _find_truncated(self) -> list[str]:
         found = []
         for item_id, src, parsed in (
             (CSV_ITEM, self.csv_src, self.csv),
@@ -254,10 +275,16 @@ class GpuSet:
     def unusable(self) -> Exception:
         """Why no source could be read: a timeout (UNKNOWN) wins over a skip reason."""
         problems = [s.problem for s in (self.csv_src, self.q_src, self.remap_src) if s.problem is not None]
+        # a new exception each time: the kept one, raised again, would hold the raising frames (and this
+        # set with them) in a reference cycle
         for problem in problems:
             if isinstance(problem, Unobservable):
-                return problem
-        return problems[0] if problems else NotApplicable("no nvidia-smi output in the probe document")
+                return Unobservable(problem.failure)
+        return (
+            NotApplicable(*problems[0].args)
+            if problems
+            else NotApplicable("no nvidia-smi output in the probe document")
+        )
 
 
 def _gpus(doc: ProbeDocument) -> GpuSet:
@@ -562,12 +589,59 @@ def _ecc_commands() -> list[SuggestedCommand]:
     ]
 
 
+def _ecc_all_clear(gpus: list[Gpu]) -> list[Fact] | None:
+    """The usual node, judged from the CSV alone without building a state per GPU: every GPU has its
+    row (and no ``-q`` block), reports some counter, and every counter reads clear. Returns the facts
+    the PASS cites, or None whenever :func:`check_gpu_ecc`'s full path could conclude anything else
+    (a test holds the two to the same answer)."""
+    if not gpus:
+        return None
+    facts: list[Fact] = []
+    for gpu in gpus:
+        row = gpu.row
+        if row is None or gpu.q is not None:
+            return None
+        get = row.values.get  # read straight from the row: the shortcut reads each value once
+        unc_v, unc_a = _number(get(_ECC_COLUMNS[0])), _number(get(_ECC_COLUMNS[1]))
+        cor_v, cor_a = _number(get(_ECC_COLUMNS[2])), _number(get(_ECC_COLUMNS[3]))
+        single, double = _number(get(_ECC_COLUMNS[4])), _number(get(_ECC_COLUMNS[5]))
+        pending = _flag(get(_ECC_COLUMNS[6]))
+        if unc_v is None and unc_a is None and single is None and double is None and pending is None:
+            return None  # not judged: the full path words the coverage
+        if (unc_v is not None and int(unc_v) > 0) or (unc_a is not None and int(unc_a) > 0) or pending is True:
+            return None
+        if (int(single) if single is not None else 0) + (
+            int(double) if double is not None else 0
+        ) >= RETIRED_PAGES_LIMIT:
+            return None
+        if (cor_v is not None and int(cor_v) > 0) or (cor_v is None and cor_a is not None and int(cor_a) > 0):
+            return None  # correctable errors: the full path notes them
+        if unc_v is not None:
+            facts.append(Fact(unc_v, (row.line,), "csv"))
+        elif unc_a is not None:
+            facts.append(Fact(unc_a, (row.line,), "csv"))
+    return facts
+
+
+def _ecc_passed(ctx: ProbeContext, gs: GpuSet, judged: int, facts: list[Fact], note: str) -> Finding:
+    coverage = _coverage_note(judged, gs.expected_count, gs)
+    return finding(
+        ctx,
+        "probe.gpu_ecc",
+        Tag.INFO if coverage else Tag.PASS,
+        f"no uncorrectable ECC errors, no pending page retirement on {judged} GPU(s){coverage}{note}",
+        evidence=_evidence(gs, facts),
+    )
+
+
 def check_gpu_ecc(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     check = "probe.gpu_ecc"
     gs, gpus = _gpus_to_judge(doc, _ecc_needs_more)
+    clear = _ecc_all_clear(gpus)
+    if clear is not None:
+        return [_ecc_passed(ctx, gs, len(gpus), clear, "")]
     states = [_ecc_state(gs, g) for g in gpus]
     judged = [s for s in states if s.judged]
-    total = gs.expected_count
     if not judged:
         if gs.truncated_items:
             raise NotApplicable("the ECC counters are missing from the output (output truncated): cannot judge")
@@ -667,18 +741,9 @@ def check_gpu_ecc(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
         note = "; correctable errors (background unless the rate grows) on " + ", ".join(
             f"{s.gpu.label}: {s.count(s.cor_volatile) or s.count(s.cor_aggregate)}" for s in corrected
         )
-    coverage = _coverage_note(len(judged), total, gs)
     facts = [f for s in judged for f in (s.unc_volatile or s.unc_aggregate,) if f]
     facts += [f for s in corrected for f in (s.cor_volatile or s.cor_aggregate,) if f]
-    return [
-        finding(
-            ctx,
-            check,
-            Tag.INFO if coverage else Tag.PASS,
-            f"no uncorrectable ECC errors, no pending page retirement on {len(judged)} GPU(s){coverage}{note}",
-            evidence=_evidence(gs, facts),
-        )
-    ]
+    return [_ecc_passed(ctx, gs, len(judged), facts, note)]
 
 
 # --------------------------------------------------------------------------- probe.gpu_row_remap
@@ -748,10 +813,51 @@ def _remap_commands() -> list[SuggestedCommand]:
     ]
 
 
+_REMAP_COLUMNS = tuple(f"remapped_rows.{name}" for name in _REMAP_KEYS)
+
+
+def _remap_all_clear(gpus: list[Gpu], in_query: bool) -> list[Fact] | None:
+    """The usual node from the remap CSV alone (every GPU has its row and no ``-q`` block, reports some
+    remap value, and nothing is pending, failed or remapped): the facts the PASS cites, or None whenever
+    :func:`check_gpu_row_remap`'s full path could conclude anything else (a test holds them equal)."""
+    if not gpus or in_query:
+        return None
+    facts: list[Fact] = []
+    for gpu in gpus:
+        row = gpu.remap_row
+        if row is None or gpu.q is not None:
+            return None
+        get = row.values.get
+        correctable, uncorrectable = _number(get(_REMAP_COLUMNS[0])), _number(get(_REMAP_COLUMNS[1]))
+        pending, failure = _flag(get(_REMAP_COLUMNS[2])), _flag(get(_REMAP_COLUMNS[3]))
+        if correctable is None and uncorrectable is None and pending is None and failure is None:
+            return None
+        if pending or failure or (uncorrectable is not None and int(uncorrectable) > 0):
+            return None
+        for value in (pending, failure):
+            if value is not None:
+                facts.append(Fact(value, (row.line,), "remap"))
+    return facts
+
+
+def _remap_passed(ctx: ProbeContext, gs: GpuSet, judged: int, evidence: list[str]) -> Finding:
+    coverage = _coverage_note(judged, gs.expected_count, gs)
+    return finding(
+        ctx,
+        "probe.gpu_row_remap",
+        Tag.INFO if coverage else Tag.PASS,
+        f"no row remapping pending or failed on {judged} GPU(s){coverage}",
+        evidence=evidence,
+    )
+
+
 def check_gpu_row_remap(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     check = "probe.gpu_row_remap"
     gs, gpus = _gpus_to_judge(doc, lambda _: _lacks_remap_counts, with_remap=True)
-    in_query = gs.csv is not None and any(gs.csv.has(f"remapped_rows.{n}") for n in _REMAP_KEYS)
+    in_query = gs.csv is not None and any(gs.csv.has(c) for c in _REMAP_COLUMNS)
+    clear = _remap_all_clear(gpus, in_query)
+    if clear is not None:
+        return [_remap_passed(ctx, gs, len(gpus), _evidence(gs, clear))]
     states = [_remap_state(g, in_query) for g in gpus]
     judged = [s for s in states if s.facts or s.repair]
     if not judged:
@@ -821,15 +927,7 @@ def check_gpu_row_remap(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
                 evidence=_remap_evidence(gs, remapped, "uncorrectable", "pending", "failure"),
             )
         ]
-    return [
-        finding(
-            ctx,
-            check,
-            Tag.INFO if coverage else Tag.PASS,
-            f"no row remapping pending or failed on {len(judged)} GPU(s){coverage}",
-            evidence=_remap_evidence(gs, judged, "pending", "failure"),
-        )
-    ]
+    return [_remap_passed(ctx, gs, len(judged), _remap_evidence(gs, judged, "pending", "failure"))]
 
 
 # --------------------------------------------------------------------------- probe.gpu_thermal
@@ -912,9 +1010,57 @@ def _thermal_commands() -> list[SuggestedCommand]:
     ]
 
 
+_REASON_COLUMNS = tuple(f"clocks_event_reasons.{reason[0]}" for reason in _REASONS)
+
+
+def _thermal_all_clear(gpus: list[Gpu]) -> list[Fact] | None:
+    """The usual node from the CSV alone (every GPU has its row and no ``-q`` block, a temperature below
+    the hot mark, every slowdown reason read and inactive, no GPU far above the others): the temperature
+    facts the PASS cites, or None whenever :func:`check_gpu_thermal`'s full path could conclude anything
+    else (a test holds them equal)."""
+    if not gpus:
+        return None
+    facts: list[Fact] = []
+    for gpu in gpus:
+        row = gpu.row
+        if row is None or gpu.q is not None:
+            return None
+        get = row.values.get
+        celsius = _number(get("temperature.gpu"))
+        if celsius is None or celsius >= HOT_CELSIUS:
+            return None
+        for column in _REASON_COLUMNS:
+            if _flag(get(column)) is not False:
+                return None  # active, or not in the CSV: the full path reads the mask or -q
+        facts.append(Fact(celsius, (row.line,), "csv"))
+    temps = [fact.value for fact in facts]
+    if len(temps) >= 3 and max(temps) - min(temps) >= OUTLIER_CELSIUS:  # type: ignore[type-var,operator]
+        return None  # an outlier: the full path names it
+    return facts
+
+
+def _thermal_passed(ctx: ProbeContext, gs: GpuSet, judged: int, known: list[float], evidence: list[str]) -> Finding:
+    coverage = _coverage_note(judged, gs.expected_count, gs)
+    range_text = ""
+    if known:
+        low, high = min(known), max(known)
+        range_text = f" at {low:.0f} °C" if low == high else f" at {low:.0f}–{high:.0f} °C"
+    return finding(
+        ctx,
+        "probe.gpu_thermal",
+        Tag.INFO if coverage else Tag.PASS,
+        f"{judged} GPU(s){range_text}, no thermal, hardware or power-brake slowdown{coverage}",
+        evidence=evidence,
+    )
+
+
 def check_gpu_thermal(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     check = "probe.gpu_thermal"
     gs, gpus = _gpus_to_judge(doc, _thermal_needs_more)
+    clear = _thermal_all_clear(gpus)
+    if clear is not None:
+        known = [float(fact.value) for fact in clear]  # type: ignore[arg-type]
+        return [_thermal_passed(ctx, gs, len(gpus), known, _evidence(gs, clear))]
     states = [_thermal_state(g) for g in gpus]
     judged = [s for s in states if s.judged]
     if not judged:
@@ -991,18 +1137,13 @@ def check_gpu_thermal(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     if findings:
         return findings
 
-    coverage = _coverage_note(len(judged), gs.expected_count, gs)
-    range_text = ""
-    if known:
-        low, high = min(known), max(known)
-        range_text = f" at {low:.0f} °C" if low == high else f" at {low:.0f}–{high:.0f} °C"
     result = [
-        finding(
+        _thermal_passed(
             ctx,
-            check,
-            Tag.INFO if coverage else Tag.PASS,
-            f"{len(judged)} GPU(s){range_text}, no thermal, hardware or power-brake slowdown{coverage}",
-            evidence=_evidence(gs, [s.temperature or next(iter(s.reasons.values())) for s in judged]),
+            gs,
+            len(judged),
+            known,
+            _evidence(gs, [s.temperature or next(iter(s.reasons.values())) for s in judged]),
         )
     ]
     outliers = _outliers(judged, temps)
@@ -1030,8 +1171,8 @@ def _reasons_in_csv(gs: GpuSet) -> bool:
 def _outliers(judged: list[ThermalState], temps: dict[int, float | None]) -> list[tuple[ThermalState, float]]:
     known = {id(s): t for s in judged if (t := temps[id(s)]) is not None}
     measured = [s for s in judged if id(s) in known]
-    if len(measured) < 3:
-        return []
+    if len(measured) < 3 or max(known.values()) - min(known.values()) < OUTLIER_CELSIUS:
+        return []  # (a GPU's lead over the median of the others is at most the spread)
     found = []
     for state in measured:
         others = [known[id(o)] for o in measured if o is not state]

@@ -233,7 +233,7 @@ def _xid_lines(
     doc: ProbeDocument, ctx: ProbeContext, item_id: str, window: timedelta
 ) -> tuple[Recent, dict[int, XidGroup]]:
     """The Xid lines of one boot inside ``window``, grouped by code (once per document)."""
-    key = f"kernel.xid:{item_id}:{ctx.now.isoformat()}:{window.total_seconds()}"
+    key = ("kernel.xid", item_id, ctx.now, window)
 
     def scan() -> tuple[Recent, dict[int, XidGroup]]:
         log = recent(doc, item_id, ctx.now, window, _XID_KEYWORD, words=("Xid",))
@@ -456,7 +456,7 @@ def _driver_signals(
     doc: ProbeDocument, ctx: ProbeContext, item_id: str = THIS_BOOT, window: timedelta | None = None
 ) -> tuple[Recent, dict[str, list[KernelLine]]]:
     span = window or ctx.window
-    key = f"kernel.nvrm:{item_id}:{ctx.now.isoformat()}:{span.total_seconds()}"
+    key = ("kernel.nvrm", item_id, ctx.now, span)
 
     def scan() -> tuple[Recent, dict[str, list[KernelLine]]]:
         log = recent(doc, item_id, ctx.now, span, _DRIVER_KEYWORDS, words=_DRIVER_WORDS)
@@ -858,7 +858,7 @@ def _trace_context(found: BootFaults, kind: str, raws: tuple[str, ...], index: i
 
 
 def _faults_of(doc: ProbeDocument, ctx: ProbeContext, item_id: str) -> tuple[Recent, BootFaults]:
-    key = f"kernel.faults:{item_id}:{ctx.now.isoformat()}:{ctx.window.total_seconds()}"
+    key = ("kernel.faults", item_id, ctx.now, ctx.window)
 
     def scan() -> tuple[Recent, BootFaults]:
         selected = recent(doc, item_id, ctx.now, ctx.window, _FAULT_KEYWORDS)
@@ -1129,7 +1129,7 @@ _OOM_COMMANDS = [
 def check_oom(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     this_log = _this_boot(doc, ctx, "OOM kills in the kernel log", _OOM_KEYWORDS, _OOM_WORDS)
     prev_log = _previous_boot(doc, ctx, _OOM_KEYWORDS, _OOM_WORDS)
-    key = f"kernel.oom:{ctx.now.isoformat()}:{ctx.window.total_seconds()}"
+    key = ("kernel.oom", ctx.now, ctx.window)
     kills = doc.parsed(key, lambda: [*oom_kills(prev_log.lines, True), *oom_kills(this_log.lines)])
     logs = (this_log, prev_log)
     label = window_label(ctx.window)

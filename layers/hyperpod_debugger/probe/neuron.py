@@ -497,7 +497,7 @@ def scan_neuron(lines: tuple[KernelLine, ...]) -> dict[str, list[KernelLine]]:
 
 
 def _scan_of(doc: ProbeDocument, ctx: ProbeContext, item_id: str) -> tuple[Recent, dict[str, list[KernelLine]]]:
-    key = f"neuron.runtime:{item_id}:{ctx.now.isoformat()}:{ctx.window.total_seconds()}"
+    key = ("neuron.runtime", item_id, ctx.now, ctx.window)
 
     def scan() -> tuple[Recent, dict[str, list[KernelLine]]]:
         selected = recent(doc, item_id, ctx.now, ctx.window, _NEURON_KEYWORDS, words=_NEURON_WORDS)

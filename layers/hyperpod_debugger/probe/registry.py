@@ -29,5 +29,11 @@ def evaluate(doc: ProbeDocument, ctx: ProbeContext) -> tuple[list[Finding], list
         "instance_id": ctx.instance_id,
         "instance_group": ctx.instance_group,
     }
-    findings, coverage, _ = execute(PROBE_CHECKS, doc, ctx, identity)
+    try:
+        findings, coverage, _ = execute(PROBE_CHECKS, doc, ctx, identity)
+    finally:
+        # The parse results were shared by this run's checks only. Some point back at the document (the
+        # GPU set reads -q through it), a cycle only the garbage collector would free: dropping them
+        # now frees the document's parses as soon as the caller lets go of it.
+        doc.forget_parsed()
     return findings, coverage

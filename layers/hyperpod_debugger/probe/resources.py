@@ -32,6 +32,7 @@ from hyperpod_debugger.probe.parse.sysparse import (
     parse_free,
     parse_lsblk,
     parse_meminfo,
+    raise_timed_out,
     system_item,
     use_percent,
 )
@@ -161,9 +162,7 @@ def check_data_volumes(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     blk = Parsed(doc, "lsblk", "block devices (lsblk)", parse_lsblk)
     sources = (df, mnt, blk)
     if all(s.value is None for s in sources):
-        timeout = next((s.timeout for s in sources if s.timeout is not None), None)
-        if timeout is not None:
-            raise timeout
+        raise_timed_out(*sources)
         raise NotApplicable("; ".join(s.reason for s in sources if s.reason))
     report: DfReport | None = df.value
     mounts: Mounts | None = mnt.value
@@ -467,9 +466,8 @@ def check_memory(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     if not total or available is None:
         if hugepages:
             return hugepages
-        timeout = meminfo.timeout or free.timeout
-        if timeout is not None and (meminfo.value is None and free.value is None):
-            raise timeout
+        if meminfo.value is None and free.value is None:
+            raise_timed_out(meminfo, free)
         reasons = "; ".join(r for r in (meminfo.reason, free.reason) if r)
         raise NotApplicable(
             "neither /proc/meminfo nor free shows total and available memory" + (f" ({reasons})" if reasons else "")

@@ -18,6 +18,7 @@ from hyperpod_debugger.probe.parse.sysparse import (
     TimeDate,
     parse_chronyc_tracking,
     parse_timedatectl,
+    raise_timed_out,
 )
 from hyperpod_debugger.remediation.suggest import read_only
 
@@ -82,9 +83,8 @@ def check_clock(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
                 ],
             )
         ]
-    timeout = chrony.timeout or timedate.timeout
-    if timeout is not None and chrony.value is None and timedate.value is None:
-        raise timeout
+    if chrony.value is None and timedate.value is None:
+        raise_timed_out(chrony, timedate)
     reasons = [
         chrony.reason or "chronyc tracking output unreadable",
         timedate.reason or "timedatectl output shows no synchronisation state",

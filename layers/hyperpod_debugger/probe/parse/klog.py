@@ -28,9 +28,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
+from functools import lru_cache
 from typing import NamedTuple
 
-from hyperpod_debugger.probe.document import TRUNCATION_MARKER, ProbeDocument
+from hyperpod_debugger.probe.document import NOT_PARSED, TRUNCATION_MARKER, ProbeDocument
 
 THIS_BOOT = "kernel_log"
 PREVIOUS_BOOT = "kernel_log_previous_boot"
@@ -74,7 +75,7 @@ class KernelLog:
     and text are worked out on demand and kept (:meth:`line`); ``raws`` holds every message line
     as printed. Blank lines, journal notes and the probe's truncation marker are not lines."""
 
-    __slots__ = ("_parsed", "boot_time", "raws", "reference", "text", "truncated")
+    __slots__ = ("_parsed", "_shape", "boot_time", "raws", "reference", "text", "truncated")
 
     def __init__(
         self,
@@ -92,6 +93,8 @@ class KernelLog:
         self.boot_time = boot_time
         self.reference = reference
         self._parsed: dict[int, KernelLine] = {}
+        #: :func:`not_a_kernel_log`'s answer, once worked out (every kernel-log check asks)
+        self._shape: tuple[str | None] | None = None
 
     def line(self, index: int) -> KernelLine:
         found = self._parsed.get(index)
@@ -240,6 +243,11 @@ def boot_time(doc: ProbeDocument, now: datetime) -> datetime | None:
 def kernel_log(doc: ProbeDocument, item_id: str, now: datetime) -> KernelLog | None:
     """The item's lines (split once per document), or ``None`` when the item is absent, its tool
     missing, or it timed out. Seconds-since-boot are placed in time only for the current boot."""
+    # the parse depends on the evaluation time only when the document lacks its own times
+    key = ("klog", item_id) if doc.collected_at is not None and doc.uptime_s is not None else ("klog", item_id, now)
+    known = doc.cached(key)
+    if known is not NOT_PARSED:
+        return known  # type: ignore[return-value]
     boot = boot_time(doc, now) if item_id == THIS_BOOT else None
     reference = doc.collected_at or now
 
@@ -251,8 +259,6 @@ def kernel_log(doc: ProbeDocument, item_id: str, now: datetime) -> KernelLog | N
         log.truncated = log.truncated or found.truncated
         return log
 
-    # the parse depends on the evaluation time only when the document lacks its own times
-    key = f"klog:{item_id}" if doc.collected_at is not None and doc.boot_time is not None else f"klog:{item_id}:{now}"
     return doc.parsed(key, parse)
 
 
@@ -356,6 +362,12 @@ _KERNEL_SHAPE = re.compile(
 def not_a_kernel_log(log: KernelLog) -> str | None:
     """Why the output cannot be a kernel log (no line has a kernel log's layout), or None. A check
     says so instead of reporting a clean log it never read."""
+    if log._shape is None:
+        log._shape = (_not_kernel_shaped(log),)
+    return log._shape[0]
+
+
+def _not_kernel_shaped(log: KernelLog) -> str | None:
     if not log.raws or _KERNEL_SHAPE.search(log.text):
         return None
     first = log.raws[0].strip()
@@ -387,6 +399,7 @@ def stamp(moment: datetime | None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@lru_cache(maxsize=64)
 def window_label(window: timedelta) -> str:
     hours = window.total_seconds() / 3600
     if hours >= 48 and hours % 24 == 0:

@@ -116,6 +116,12 @@ def bus_key(text: str | None) -> str | None:
     """Normalise a PCI bus id so ``00000000:19:00.0`` (nvidia-smi) and ``0000:19:00.0`` match."""
     if not text:
         return None
+    return _bus_key(text)
+
+
+@lru_cache(maxsize=4096)
+def _bus_key(text: str) -> str | None:
+    # a fleet's nodes share their bus ids: each spelling is read once per process
     match = _BUS_ID.search(text)
     if match is None:
         return None
@@ -181,22 +187,46 @@ def normalize_column(name: str) -> str:
     return _COLUMN_ALIASES.get(column, column)
 
 
-@dataclass(frozen=True, slots=True)
 class CsvRow:
-    line: str
-    values: dict[str, str]
-    #: fewer fields than the header: the row was cut (its last field is dropped)
-    partial: bool = False
+    """One row of a CSV answer: the line as printed, its values by column, and their typed readings.
+
+    Each value is converted (number, flag) the first time a check asks for it and kept, so the checks
+    of one document share one reading of the row."""
+
+    __slots__ = ("_flags", "_numbers", "line", "partial", "values")
+
+    def __init__(self, line: str, values: dict[str, str], partial: bool = False) -> None:
+        self.line = line
+        self.values = values
+        #: fewer fields than the header: the row was cut (its last field is dropped)
+        self.partial = partial
+        self._numbers: dict[str, float | None] | None = None
+        self._flags: dict[str, bool | None] | None = None
+
+    def __repr__(self) -> str:
+        return f"CsvRow({self.line!r}, partial={self.partial})"
 
     def raw(self, column: str) -> str | None:
         value = self.values.get(column)
         return None if is_missing(value) else value
 
     def number(self, column: str) -> float | None:
-        return number(self.values.get(column))
+        numbers = self._numbers
+        if numbers is None:
+            numbers = self._numbers = {}
+        elif column in numbers:
+            return numbers[column]
+        value = numbers[column] = number(self.values.get(column))
+        return value
 
     def flag(self, column: str) -> bool | None:
-        return flag(self.values.get(column))
+        flags = self._flags
+        if flags is None:
+            flags = self._flags = {}
+        elif column in flags:
+            return flags[column]
+        value = flags[column] = flag(self.values.get(column))
+        return value
 
     @property
     def bus_id(self) -> str | None:
@@ -231,10 +261,10 @@ class CsvTable:
 
 
 def _split(line: str, width: int) -> list[str]:
-    fields = [part.strip() for part in line.split(",")]
+    fields = list(map(str.strip, line.split(",")))
     if width and len(fields) > width:
         # a value holding a bare comma: nvidia-smi itself separates with ", "
-        fields = [part.strip() for part in line.split(", ")]
+        fields = list(map(str.strip, line.split(", ")))
     return fields
 
 
@@ -242,6 +272,14 @@ def _looks_like_header(fields: list[str]) -> bool:
     if not all(_COLUMN_NAME.match(f) for f in fields):
         return False
     return any(("." in f or "_" in f or f.lower() in _KNOWN_SINGLE_COLUMNS) for f in fields)
+
+
+@lru_cache(maxsize=256)
+def _header_columns(line: str) -> tuple[str, ...] | None:
+    """The normalised columns of a header line, or None when the line is not a header (a fleet prints
+    the same few header lines: each is read once per process)."""
+    fields = _split(line, 0)
+    return tuple(normalize_column(f) for f in fields) if _looks_like_header(fields) else None
 
 
 def parse_csv(text: str, default_columns: tuple[str, ...] = ()) -> CsvTable:
@@ -263,12 +301,13 @@ def parse_csv(text: str, default_columns: tuple[str, ...] = ()) -> CsvTable:
         if may_hold_messages and _SMI_MESSAGE.search(line):
             messages.append(line)
             continue
+        if not columns:
+            found = _header_columns(line)
+            if found is not None:
+                header, columns = line, found
+                continue
         fields = _split(line, len(columns))
         if not columns:
-            if _looks_like_header(fields):
-                header = line
-                columns = tuple(normalize_column(f) for f in fields)
-                continue
             if not default_columns:
                 messages.append(line)
                 continue

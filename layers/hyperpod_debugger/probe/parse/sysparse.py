@@ -15,13 +15,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal, TypeVar
 
-from hyperpod_debugger.domain.observations import NotApplicable, Unobservable
+from hyperpod_debugger.domain.observations import ApiFailure, NotApplicable, Unobservable
 from hyperpod_debugger.probe.base import item
-from hyperpod_debugger.probe.document import MISSING_TOOL_CODES, TRUNCATION_MARKER, ProbeDocument, ProbeItem
+from hyperpod_debugger.probe.document import (
+    MISSING_TOOL_CODES,
+    TRUNCATION_MARKER,
+    ProbeDocument,
+    ProbeItem,
+    fleet_shared,
+)
 
 T = TypeVar("T")
 
@@ -48,7 +55,7 @@ def system_item(doc: ProbeDocument, item_id: str, *, what: str) -> ProbeItem:
 
 def cached(doc: ProbeDocument, found: ProbeItem, item_id: str, parse: Callable[[str], T]) -> T:
     """``parse(stdout)`` once per document and item (the key names this module and the parser)."""
-    return doc.parsed(f"sysparse:{item_id}:{parse.__name__}", lambda: parse(found.stdout))
+    return doc.parsed(("sysparse", item_id, parse), lambda: parse(found.stdout))
 
 
 class Parsed:
@@ -56,22 +63,33 @@ class Parsed:
     ``timeout`` keeps the :class:`Unobservable` apart so a check with nothing else to judge can
     re-raise it (UNKNOWN) instead of skipping."""
 
-    __slots__ = ("item", "reason", "timeout", "value")
+    __slots__ = ("item", "reason", "timed_out", "value")
 
     def __init__(self, doc: ProbeDocument, item_id: str, what: str, parse: Callable[[str], Any]) -> None:
         self.value: Any = None
         self.item: ProbeItem | None = None
         self.reason: str | None = None
-        self.timeout: Unobservable | None = None
+        #: what timed out, when the item did (:func:`raise_timed_out` turns it into UNKNOWN)
+        self.timed_out: ApiFailure | None = None
         try:
             self.item = system_item(doc, item_id, what=what)
         except NotApplicable as exc:
             self.reason = str(exc)
             return
         except Unobservable as exc:
-            self.timeout, self.reason = exc, f"{item_id} timed out on the node"
+            self.timed_out, self.reason = exc.failure, f"{item_id} timed out on the node"
             return
         self.value = cached(doc, self.item, item_id, parse)
+
+
+def raise_timed_out(*sources: Parsed) -> None:
+    """UNKNOWN (:class:`Unobservable`) for the first source that timed out, else nothing.
+
+    The exception is made as it is raised, never kept in a variable: one held by the raising frame would
+    sit in a reference cycle with that frame (through its traceback), and the evaluation's objects with it."""
+    for source in sources:
+        if source.timed_out is not None:
+            raise Unobservable(source.timed_out)
 
 
 def _lines(text: str) -> Iterator[str]:
@@ -155,6 +173,8 @@ _BLOCK_HEADER_RE = re.compile(r"^(?P<n>\d+)(?P<unit>[KMGB]?)-blocks$", re.IGNORE
 
 def _df_header(line: str) -> tuple[DfKind, int | None] | None:
     """``(kind, multiplier)`` of a header line; multiplier ``None`` means human-readable sizes."""
+    if line.lstrip()[:10].lower() != "filesystem":
+        return None  # (every row but the header: no need to split it)
     tokens = line.split()
     if not tokens or tokens[0].lower() != "filesystem" or len(tokens) < 2:
         return None
@@ -265,6 +285,8 @@ _JSON_TARGET_RE = re.compile(r'"target"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 def _unescape(value: str) -> str:
     """``findmnt``/``df`` print a space in a path as ``\\x20`` (and ``\\040`` in mount tables)."""
+    if "\\" not in value:
+        return value
     value = _ESCAPE_RE.sub(lambda m: chr(int(m.group(1), 16)), value)
     return value.replace("\\040", " ")
 
@@ -288,6 +310,7 @@ def _flatten(nodes: object, out: list[Mount]) -> None:
         _flatten(node.get("children"), out)
 
 
+@fleet_shared
 def parse_findmnt(text: str) -> Mounts:
     """``findmnt -J`` (tree with ``children`` or ``--list``), or the plain table with or without
     tree glyphs. Broken or cut JSON still yields the targets it names, marked partial."""
@@ -466,6 +489,7 @@ _LSBLK_NAME_RE = re.compile(r"^[\s│├└─|`\-]*")
 _LSBLK_TYPE = re.compile(r"^(?:disk|part|lvm|crypt|loop|rom|md|mpath|dm|raid\d+|linear|multipath|tape|dmraid)$")
 
 
+@fleet_shared
 def parse_lsblk(text: str) -> tuple[BlockDevice, ...]:
     """``lsblk -J -b -o NAME,TYPE,SIZE,MODEL,MOUNTPOINT`` (sizes as numbers or strings, nested
     ``children``, ``mountpoints`` arrays of newer util-linux), or the plain table in that column
@@ -657,7 +681,8 @@ _STATUS_ACTIVE_RE = re.compile(r"^\s*Active:\s*(?P<state>[a-z-]+)(?:\s*\((?P<sub
 _STATUS_LOADED_RE = re.compile(r"^\s*Loaded:\s*not-found\b")
 
 
-def parse_is_active(text: str) -> dict[str, UnitState]:
+@fleet_shared
+def parse_is_active(text: str) -> Mapping[str, UnitState]:
     """``<unit> <state>`` lines (``.service`` suffix, ``:`` or ``=`` separators tolerated);
     ``systemctl status`` blocks (header line, ``Loaded: not-found``, ``Active: <state> (<sub>)``,
     any indentation or bullet glyph); or bare states in the probe's unit order (plain
@@ -697,4 +722,4 @@ def parse_is_active(text: str) -> dict[str, UnitState]:
     if not units and len(bare) == len(PROBE_UNITS):
         for unit, (state, raw) in zip(PROBE_UNITS, bare, strict=True):
             units[unit] = UnitState(unit, state, None, (f"{unit} {raw}",))
-    return units
+    return MappingProxyType(units)  # shared by every node that printed the same states: read-only

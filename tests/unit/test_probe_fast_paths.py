@@ -1,0 +1,219 @@
+"""The evaluator's shortcuts answer exactly what the full evaluation answers.
+
+- The GPU checks judge the usual node (every counter clear) from the CSV rows without building a state per
+  GPU; generated nvidia-smi outputs, healthy and not, must give the same findings either way.
+- A plain PASS is a copy of a template validated once; it must equal the finding validation would build.
+- Parse results some nodes share are read-only, and an evaluation leaves no reference cycle behind (a sweep
+  evaluates thousands of documents: their memory must go back as soon as the findings are kept).
+"""
+
+from __future__ import annotations
+
+import gc
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from hyperpod_debugger.checks.base import make_finding
+from hyperpod_debugger.checks.registry import execute
+from hyperpod_debugger.domain.model import Finding, Tag
+from hyperpod_debugger.probe import gpu
+from hyperpod_debugger.probe.base import ProbeContext
+from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
+from hyperpod_debugger.probe.parse.sysparse import parse_is_active
+from hyperpod_debugger.probe.registry import PROBE_CHECKS, evaluate
+from hyperpod_sim.probe_docs import node_document
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+CTX = ProbeContext(instance_type="ml.p5.48xlarge", now=NOW, orchestrator="EKS", instance_id="i-0abc1234def567890")
+
+QUERY_HEADER = (
+    "index, pci.bus_id, temperature.gpu, clocks_event_reasons.hw_slowdown, clocks_event_reasons.hw_thermal_slowdown, "
+    "clocks_event_reasons.sw_thermal_slowdown, clocks_event_reasons.hw_power_brake_slowdown, "
+    "ecc.errors.corrected.volatile.total, ecc.errors.uncorrected.volatile.total, "
+    "ecc.errors.corrected.aggregate.total, ecc.errors.uncorrected.aggregate.total, "
+    "retired_pages.single_bit_ecc.count, retired_pages.double_bit.count, retired_pages.pending"
+)
+REMAP_HEADER = (
+    "gpu_bus_id, remapped_rows.correctable, remapped_rows.uncorrectable, remapped_rows.pending, remapped_rows.failure"
+)
+
+# values as nvidia-smi prints them, the clear ones most often (the shortcut's case) but every other kind too
+counts = st.sampled_from(["0", "0", "0", "1", "2", "37", "64", "[N/A]", "N/A", "0.5"])
+reasons = st.sampled_from(["Not Active", "Not Active", "Not Active", "Active", "[N/A]", "1"])
+pending = st.sampled_from(["No", "No", "Yes", "[N/A]", "0", "3"])
+temps = st.sampled_from(["31", "35", "40", "44", "52", "60", "84", "85", "91", "[N/A]"])
+
+
+@st.composite
+def gpu_outputs(draw: st.DrawFn) -> tuple[str, str, bool]:
+    gpus = draw(st.integers(min_value=1, max_value=8))
+    query = [QUERY_HEADER]
+    remap = [REMAP_HEADER]
+    for i in range(gpus):
+        bus = f"00000000:{0x18 + 0x10 * i:02X}:00.0"
+        fields = [str(i), bus, draw(temps), *(draw(reasons) for _ in range(4)), *(draw(counts) for _ in range(6))]
+        query.append(", ".join([*fields, draw(pending)]))
+        if draw(st.booleans()) or i == 0:
+            remap.append(f"{bus}, {draw(counts)}, {draw(counts)}, {draw(pending)}, {draw(pending)}")
+    return "\n".join(query) + "\n", "\n".join(remap) + "\n", draw(st.booleans())
+
+
+def _doc(query: str, remap: str) -> ProbeDocument:
+    return ProbeDocument(
+        hostname="ip-10-1-2-3",
+        collected_at=NOW,
+        uptime_s=7200.0,
+        items={
+            "nvidia_smi_query_gpu": ProbeItem(command="nvidia-smi --query-gpu", exit_code=0, stdout=query),
+            "nvidia_smi_remapped_rows": ProbeItem(
+                command="nvidia-smi --query-remapped-rows", exit_code=0, stdout=remap
+            ),
+        },
+    )
+
+
+def _dump(found: list[Finding]) -> list[dict]:
+    return [f.model_dump(mode="json") for f in found]
+
+
+SHORTCUTS = {
+    gpu.check_gpu_ecc: "_ecc_all_clear",
+    gpu.check_gpu_row_remap: "_remap_all_clear",
+    gpu.check_gpu_thermal: "_thermal_all_clear",
+}
+
+
+@settings(max_examples=400, deadline=None)
+@given(gpu_outputs())
+def test_the_gpu_shortcuts_answer_what_the_full_evaluation_answers(outputs: tuple[str, str, bool]) -> None:
+    query, remap, _ = outputs
+    for check, shortcut in SHORTCUTS.items():
+        quick = _dump(check(_doc(query, remap), CTX))
+        original = getattr(gpu, shortcut)
+        setattr(gpu, shortcut, lambda *args: None)
+        try:
+            full = _dump(check(_doc(query, remap), CTX))
+        finally:
+            setattr(gpu, shortcut, original)
+        assert quick == full, (check.__name__, query, remap)
+
+
+def test_the_shortcuts_take_the_usual_node_and_leave_every_fault_to_the_full_path() -> None:
+    healthy = node_document("ip-10-1-2-3", NOW, orchestrator="EKS")
+    gs = gpu.GpuSet(healthy)
+    assert gpu._ecc_all_clear(gs.gpus) is not None
+    assert gpu._remap_all_clear(gs.gpus, False) is not None
+    assert gpu._thermal_all_clear(gs.gpus) is not None
+    for fault, shortcut in (
+        ("uce", lambda g: gpu._ecc_all_clear(g.gpus)),
+        ("remap_pending", lambda g: gpu._remap_all_clear(g.gpus, False)),
+        ("hot_gpu", lambda g: gpu._thermal_all_clear(g.gpus)),
+    ):
+        faulty = gpu.GpuSet(node_document("ip-10-1-2-3", NOW, orchestrator="EKS", faults=(fault,)))
+        assert shortcut(faulty) is None, fault
+
+
+IDENTITY = {
+    "cluster_arn": "arn:aws:sagemaker:us-east-1:123456789012:cluster/abcd1234efgh",
+    "cluster_name": "train",
+    "instance_id": "i-0abc1234def567890",
+    "instance_group": "workers",
+}
+
+
+def test_a_plain_pass_is_the_finding_validation_would_build() -> None:
+    quick = make_finding(IDENTITY, "probe.gpu_count", Tag.PASS, "8 of 8  GPU(s)\n visible", evidence=["a", "b"])
+    validated = Finding(
+        tag=Tag.PASS,
+        check="probe.gpu_count",
+        section="G.1",
+        message="8 of 8  GPU(s)\n visible",
+        evidence=["a", "b"],
+        **IDENTITY,
+    )
+    assert quick == validated
+    assert quick.model_dump(mode="json") == validated.model_dump(mode="json")
+    assert quick.message == "8 of 8 GPU(s) visible"
+    assert quick.runbook == validated.runbook == "references/node-diagnostics-detail.md#g1-nvidia-gpus"
+    again = make_finding(IDENTITY, "probe.gpu_count", Tag.PASS, "other", evidence=["c"])
+    assert again.evidence == ["c"] and quick.evidence == ["a", "b"]  # copies share no list
+    assert again.suggested_commands is not quick.suggested_commands
+
+
+def test_a_pass_that_needs_validating_is_still_validated() -> None:
+    with pytest.raises(ValidationError, match="message must not be empty"):
+        make_finding(IDENTITY, "probe.gpu_count", Tag.PASS, "   ")
+    with pytest.raises(ValidationError):
+        make_finding(IDENTITY, "not a check id", Tag.PASS, "fine")
+    with pytest.raises(ValidationError):
+        make_finding({**IDENTITY, "instance_id": 42}, "probe.gpu_count", Tag.PASS, "fine")  # type: ignore[dict-item]
+
+
+def test_the_runner_gives_a_hand_built_pass_its_section_and_link() -> None:
+    from hyperpod_debugger.checks.base import Check
+
+    def hand_built(_obs: object, _ctx: object) -> list[Finding]:
+        return [Finding(tag=Tag.PASS, check="probe.hand_built", message="fine")]
+
+    findings, coverage, _ = execute((Check("probe.hand_built", "I.2", "Hand built", hand_built),), None, None, {})
+    assert findings[0].section == "I.2"
+    assert findings[0].runbook == "references/node-diagnostics-detail.md#i2-root-volume-space"
+    assert coverage[0].status.value == "ran" and coverage[0].reason is None
+
+
+def test_shared_unit_states_cannot_be_changed_by_one_reader() -> None:
+    text = "containerd active\nkubelet failed\n"
+    first, second = parse_is_active(text), parse_is_active(text)
+    assert first is second  # two nodes that printed the same states share one reading
+    assert first["kubelet"].state == "failed"
+    with pytest.raises(TypeError):
+        first["kubelet"] = first["containerd"]  # type: ignore[index]
+
+
+def _variants() -> list[ProbeDocument]:
+    """Healthy, faulty, and every item of a faulty document timed out, missing its tool, or absent."""
+    faulty = node_document(
+        "ip-10-1-2-4", NOW, orchestrator="Slurm", faults=("xid79", "uce", "root_full", "slurmd_down")
+    )
+    docs = [node_document("ip-10-1-2-3", NOW, orchestrator="EKS"), faulty]
+    for item_id in faulty.items:
+        for changed in (
+            ProbeItem(command=item_id, exit_code=124, stdout=""),
+            ProbeItem(command=item_id, exit_code=127, stdout="", stderr="bash: tool: command not found"),
+            None,
+        ):
+            items = dict(faulty.items)
+            if changed is None:
+                del items[item_id]
+            else:
+                items[item_id] = changed
+            docs.append(
+                ProbeDocument(hostname=faulty.hostname, collected_at=NOW, uptime_s=faulty.uptime_s, items=items)
+            )
+    return docs
+
+
+def test_an_evaluation_leaves_no_reference_cycle_behind() -> None:
+    docs = _variants()
+    for doc in docs:
+        evaluate(doc, CTX)  # first runs fill the process-wide caches
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for doc in docs:
+            fresh = ProbeDocument(
+                hostname=doc.hostname, collected_at=doc.collected_at, uptime_s=doc.uptime_s, items=dict(doc.items)
+            )
+            findings, coverage = evaluate(fresh, CTX)
+            assert findings and len(coverage) == len(PROBE_CHECKS)
+            del fresh, findings, coverage
+            left = gc.collect()
+            assert left == 0, f"{sorted(doc.items)}: {left} objects only the garbage collector can free"
+    finally:
+        if was_enabled:
+            gc.enable()
