@@ -54,6 +54,8 @@ def is_missing(value: str | None) -> bool:
     """``[N/A]``, ``N/A``, ``[Not Supported]``, ``ERR!``, empty … : the tool could not say."""
     if value is None:
         return True
+    if value[:1].isdigit():
+        return False  # a number or a bus id (no missing-value word starts with a digit)
     text = value.strip()
     if text.startswith("[") and text.endswith("]"):
         return True
