@@ -589,18 +589,25 @@ def _ecc_commands() -> list[SuggestedCommand]:
     ]
 
 
+def _rows_alone(gpus: list[Gpu], remap: bool = False) -> list[nvsmi.CsvRow] | None:
+    """Each GPU's row of the query CSV (or the remap CSV), when every GPU has one and none has a ``-q``
+    block: the case the shortcuts judge; None sends the check down its full path."""
+    rows = [gpu.remap_row if remap else gpu.row for gpu in gpus]
+    if not gpus or any(row is None for row in rows) or any(gpu.q is not None for gpu in gpus):
+        return None
+    return rows  # type: ignore[return-value]
+
+
 def _ecc_all_clear(gpus: list[Gpu]) -> list[Fact] | None:
     """The usual node, judged from the CSV alone without building a state per GPU: every GPU has its
     row (and no ``-q`` block), reports some counter, and every counter reads clear. Returns the facts
     the PASS cites, or None whenever :func:`check_gpu_ecc`'s full path could conclude anything else
     (a test holds the two to the same answer)."""
-    if not gpus:
+    rows = _rows_alone(gpus)
+    if rows is None:
         return None
     facts: list[Fact] = []
-    for gpu in gpus:
-        row = gpu.row
-        if row is None or gpu.q is not None:
-            return None
+    for row in rows:
         get = row.values.get  # read straight from the row: the shortcut reads each value once
         unc_v, unc_a = _number(get(_ECC_COLUMNS[0])), _number(get(_ECC_COLUMNS[1]))
         cor_v, cor_a = _number(get(_ECC_COLUMNS[2])), _number(get(_ECC_COLUMNS[3]))
@@ -820,13 +827,11 @@ def _remap_all_clear(gpus: list[Gpu], in_query: bool) -> list[Fact] | None:
     """The usual node from the remap CSV alone (every GPU has its row and no ``-q`` block, reports some
     remap value, and nothing is pending, failed or remapped): the facts the PASS cites, or None whenever
     :func:`check_gpu_row_remap`'s full path could conclude anything else (a test holds them equal)."""
-    if not gpus or in_query:
+    rows = None if in_query else _rows_alone(gpus, remap=True)
+    if rows is None:
         return None
     facts: list[Fact] = []
-    for gpu in gpus:
-        row = gpu.remap_row
-        if row is None or gpu.q is not None:
-            return None
+    for row in rows:
         get = row.values.get
         correctable, uncorrectable = _number(get(_REMAP_COLUMNS[0])), _number(get(_REMAP_COLUMNS[1]))
         pending, failure = _flag(get(_REMAP_COLUMNS[2])), _flag(get(_REMAP_COLUMNS[3]))
@@ -1018,13 +1023,11 @@ def _thermal_all_clear(gpus: list[Gpu]) -> list[Fact] | None:
     the hot mark, every slowdown reason read and inactive, no GPU far above the others): the temperature
     facts the PASS cites, or None whenever :func:`check_gpu_thermal`'s full path could conclude anything
     else (a test holds them equal)."""
-    if not gpus:
+    rows = _rows_alone(gpus)
+    if rows is None:
         return None
     facts: list[Fact] = []
-    for gpu in gpus:
-        row = gpu.row
-        if row is None or gpu.q is not None:
-            return None
+    for row in rows:
         get = row.values.get
         celsius = _number(get("temperature.gpu"))
         if celsius is None or celsius >= HOT_CELSIUS:
