@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit integration e2e bench lint schema iam-policy clean synth layer
+.PHONY: demo mcp-demo test unit integration e2e bench lint schema iam-policy clean synth layer
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ $(DEMO_STAMP): pyproject.toml sim/pyproject.toml | $(BIN)/python
 
 demo: $(DEMO_STAMP)
 	PYTHONUNBUFFERED=1 $(BIN)/python -m hyperpod_debugger.cli demo
+
+# An agent-style session against `hyperpod-debugger mcp` on the simulated account (the SDK's own client).
+MCP_STAMP := $(VENV)/.mcp-installed
+$(MCP_STAMP): pyproject.toml sim/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[mcp]' -e ./sim
+	touch $(MCP_STAMP)
+
+mcp-demo: $(MCP_STAMP)
+	PYTHONUNBUFFERED=1 $(BIN)/python -m hyperpod_sim.agent_demo
 
 # The gates, then the whole suite (CONTRIBUTING.md lists them).
 SOURCES := layers sim tests bench functions infra

@@ -70,6 +70,13 @@ def add_parser(sub: Any) -> None:
     ack.add_argument("--by", required=True, help="who acknowledges (recorded with the finding)")
 
 
+def check_table(table: str) -> str:
+    """``table`` when it can be a DynamoDB table name, else :class:`validate.InvalidArgument`."""
+    if not _TABLE_NAME.match(table):
+        raise validate.InvalidArgument(f"--table {table!r} is not a DynamoDB table name")
+    return table
+
+
 # --------------------------------------------------------------------------- rendering (pure)
 
 
@@ -179,8 +186,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     try:
         if not args.table:
             raise validate.InvalidArgument(f"no findings table: pass --table or set {TABLE_ENV}")
-        if not _TABLE_NAME.match(args.table):
-            raise validate.InvalidArgument(f"--table {args.table!r} is not a DynamoDB table name")
+        check_table(args.table)
         cluster = validate.cluster(args.cluster) if getattr(args, "cluster", None) else None
         node = validate.instance_id(args.node) if getattr(args, "node", None) else None
         region = region_for(getattr(args, "cluster", None), args.region, profile=args.profile)

@@ -1,4 +1,5 @@
-"""``hyperpod-debugger``: triage | probe | analyze | findings | probe-script | demo | schema | iam-policy.
+"""``hyperpod-debugger``: triage | probe | analyze | findings | support-case | mcp | probe-script | demo | schema |
+iam-policy.
 
 Exit codes of ``triage``: 0 no P0/P1 problem; 1 a P0/P1 problem, missing credentials or
 cluster not found; 2 invalid arguments.
@@ -18,6 +19,7 @@ from typing import Any, Literal
 
 from hyperpod_debugger import __version__
 from hyperpod_debugger.cli import findings as findings_cli
+from hyperpod_debugger.cli import support_case as support_case_cli
 from hyperpod_debugger.cli.common import PROFILE_HELP, REGION_HELP, region_for
 from hyperpod_debugger.domain import validate
 
@@ -131,6 +133,23 @@ def _parser() -> argparse.ArgumentParser:
     _output_arguments(analyze, short_form=False)  # one node: the report is always in full
 
     findings_cli.add_parser(sub)
+    support_case_cli.add_parser(sub)
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve the read-only tools to an agent over the Model Context Protocol (stdio by default)",
+        description="A Model Context Protocol server whose tools triage, analyze, read the findings table, the "
+        "runbook and the probe script, and draft support cases. Every tool is read-only; suggested commands "
+        "come back as text for a person to run.",
+    )
+    mcp.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
+    mcp.add_argument("--host", default="127.0.0.1", help="streamable-http: address to listen on (default loopback)")
+    mcp.add_argument("--port", type=_positive_int, default=8000, help="streamable-http: port (default 8000)")
+    mcp.add_argument("--profile", help=PROFILE_HELP)
+    mcp.add_argument(
+        "--table",
+        default=os.environ.get("HYPERPOD_DEBUGGER_TABLE"),
+        help="the monitor's findings table the findings tools read (default $HYPERPOD_DEBUGGER_TABLE)",
+    )
     sub.add_parser("probe-script", help="print the read-only on-node probe script (probe.sh)")
     sub.add_parser("schema", help="print the JSON schema of the triage report")
     sub.add_parser("iam-policy", help="print the IAM policy the triage needs (read-only calls + probe sessions)")
@@ -397,6 +416,24 @@ def cmd_schema(_: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    try:
+        from hyperpod_debugger.agent.server import build_server
+    except ImportError as exc:
+        print(
+            f"the MCP server needs the Model Context Protocol SDK ({exc.name} is missing): "
+            "pip install 'hyperpod-debugger[mcp]'",
+            file=sys.stderr,
+        )
+        return 1
+    server = build_server(profile=args.profile, table=args.table)
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=args.host, port=args.port)
+    return 0
+
+
 def cmd_iam_policy(_: argparse.Namespace) -> int:
     from hyperpod_debugger.aws.iam import policy_json
 
@@ -412,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         "demo": cmd_demo,
         "analyze": cmd_analyze,
         "findings": findings_cli.cmd_findings,
+        "support-case": support_case_cli.cmd_support_case,
+        "mcp": cmd_mcp,
         "probe-script": cmd_probe_script,
         "schema": cmd_schema,
         "iam-policy": cmd_iam_policy,

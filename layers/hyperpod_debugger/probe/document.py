@@ -165,24 +165,51 @@ def from_raw_dir(path: pathlib.Path, collected_at: datetime | None = None) -> Pr
     """A folder of raw outputs named ``<item_id>.txt`` (stdout only). Files that are not named for a
     probe item are kept aside by name (``ignored``), never guessed at; a folder with none of them gives
     a document without items, which the evaluators report as not judged."""
-    from hyperpod_debugger.probe.delivery import item_ids
-
     if not path.is_dir():
         raise ProbeDocumentError(f"{path} is not a folder")
-    known = set(item_ids())
-    items: dict[str, ProbeItem] = {}
+    outputs: dict[str, str] = {}
     ignored: list[str] = []
     for p in sorted(path.iterdir()):
         if not p.is_file():
             continue
-        if p.suffix == ".txt" and p.stem in known:
-            items[p.stem] = ProbeItem(command="(raw file)", exit_code=0, stdout=p.read_text(errors="replace"))
+        if p.suffix == ".txt":
+            outputs[p.stem] = p.read_text(errors="replace")
         else:
             ignored.append(p.name)
+    doc = from_outputs(outputs, hostname=path.name, collected_at=collected_at, command="(raw file)")
+    named = [f"{item_id}.txt" for item_id in doc.ignored]
+    return ProbeDocument(
+        hostname=doc.hostname,
+        collected_at=doc.collected_at,
+        uptime_s=doc.uptime_s,
+        items=doc.items,
+        ignored=tuple(sorted([*ignored, *named])),
+    )
+
+
+def from_outputs(
+    outputs: dict[str, str],
+    *,
+    hostname: str = "unknown",
+    collected_at: datetime | None = None,
+    command: str = "(raw output)",
+) -> ProbeDocument:
+    """Raw outputs by probe item id (what a person or an agent pasted): the items named for a probe item,
+    the others kept aside by name (``ignored``), never guessed at."""
+    from hyperpod_debugger.probe.delivery import item_ids
+
+    known = set(item_ids())
+    items: dict[str, ProbeItem] = {}
+    ignored: list[str] = []
+    for item_id, text in outputs.items():
+        if item_id in known and isinstance(text, str):
+            items[item_id] = ProbeItem(command=command, exit_code=0, stdout=text)
+        else:
+            ignored.append(str(item_id))
     uptime = None
     if "uptime" in items:
         first = items["uptime"].stdout.split()
         uptime = float(first[0]) if first and first[0].replace(".", "", 1).isdigit() else None
     return ProbeDocument(
-        hostname=path.name, collected_at=collected_at, uptime_s=uptime, items=items, ignored=tuple(ignored)
+        hostname=hostname, collected_at=collected_at, uptime_s=uptime, items=items, ignored=tuple(ignored)
     )

