@@ -71,3 +71,48 @@ def test_mcp_demo_shows_an_agent_session():
     assert "2 reboot(s) and 0 replacement(s)" in out
     assert "cluster_not_found: " in out
     assert "Found credentials" not in out + result.stderr  # the SDK's own INFO lines stay out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_cli_serves_streamable_http_on_loopback():
+    import socket
+    import time
+
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HYPERPOD_DEBUGGER_")}
+    server = subprocess.Popen(  # noqa: S603 - our own CLI
+        [str(CLI), "mcp", "--transport", "streamable-http", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with socket.socket() as attempt:
+                if attempt.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert server.poll() is None, server.stderr.read() if server.stderr else ""
+            assert time.monotonic() < deadline, "the server did not listen within 60 s"
+            time.sleep(0.2)
+
+        async def talk() -> tuple:
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                tools = await client.list_tools()
+                page = await client.call_tool("read_runbook_section", {"section": "K"})
+                return tools, page
+
+        tools, page = anyio.run(talk)
+        assert {t.name for t in tools.tools} >= {"triage_cluster", "draft_support_case"}
+        assert page.structured_content["text"].startswith("## K Node access through SSM")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
