@@ -13,13 +13,14 @@ import gc
 from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from hyperpod_debugger.checks.base import make_finding
 from hyperpod_debugger.checks.registry import execute
 from hyperpod_debugger.domain.model import Finding, Tag
+from hyperpod_debugger.domain.observations import NotApplicable, Unobservable
 from hyperpod_debugger.probe import gpu
 from hyperpod_debugger.probe.base import ProbeContext
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
@@ -80,6 +81,14 @@ def _dump(found: list[Finding]) -> list[dict]:
     return [f.model_dump(mode="json") for f in found]
 
 
+def _outcome(check, doc: ProbeDocument) -> object:
+    """The findings, or what the check raised (skipped or unknown): both paths must agree on either."""
+    try:
+        return _dump(check(doc, CTX))
+    except (NotApplicable, Unobservable) as exc:
+        return (type(exc).__name__, str(exc))
+
+
 SHORTCUTS = {
     gpu.check_gpu_ecc: "_ecc_all_clear",
     gpu.check_gpu_row_remap: "_remap_all_clear",
@@ -87,16 +96,24 @@ SHORTCUTS = {
 }
 
 
+NOTHING_TO_JUDGE = (
+    QUERY_HEADER + "\n0, 00000000:18:00.0, [N/A], [N/A], [N/A], [N/A], [N/A], 0, 0, 0, 0, 0, 0, No\n",
+    REMAP_HEADER + "\n00000000:18:00.0, 0, 0, No, No\n",
+    False,
+)
+
+
 @settings(max_examples=400, deadline=None)
+@example(NOTHING_TO_JUDGE)
 @given(gpu_outputs())
 def test_the_gpu_shortcuts_answer_what_the_full_evaluation_answers(outputs: tuple[str, str, bool]) -> None:
     query, remap, _ = outputs
     for check, shortcut in SHORTCUTS.items():
-        quick = _dump(check(_doc(query, remap), CTX))
+        quick = _outcome(check, _doc(query, remap))
         original = getattr(gpu, shortcut)
         setattr(gpu, shortcut, lambda *args: None)
         try:
-            full = _dump(check(_doc(query, remap), CTX))
+            full = _outcome(check, _doc(query, remap))
         finally:
             setattr(gpu, shortcut, original)
         assert quick == full, (check.__name__, query, remap)

@@ -311,6 +311,8 @@ def trim_evidence(
     """Evidence kept readable and bounded, in order: at most ``max_lines`` lines and, with ``max_bytes``,
     that many UTF-8 bytes (the last line cut at a character). With ``say_more`` a last line says how many
     lines were left out, so a reader knows more exists (checks say it; the store's bound is silent)."""
+    if max_bytes is None and len(lines) <= max_lines:
+        return list(lines)  # the usual case: nothing to cut
     kept = list(lines)[:max_lines]
     out: list[str] = []
     budget = max_bytes

@@ -308,8 +308,9 @@ def _gpus_to_judge(
 
 def _evidence(gs: GpuSet, facts: list[Fact], extra: list[str] | None = None) -> list[str]:
     lines: list[str] = []
+    sources = {f.source for f in facts}
     for table, source in ((gs.csv, "csv"), (gs.remap, "remap")):
-        if table is not None and table.header and any(f.source == source for f in facts):
+        if table is not None and table.header and source in sources:
             lines.append(table.header)
     for fact in facts:
         lines.extend(fact.lines)

@@ -98,6 +98,8 @@ def flag(value: str | None) -> bool | None:
     known = _FLAG_WORDS.get(value)
     if known is not None:
         return known
+    if value[:1] == "[" and value[-1:] == "]":
+        return None  # "[N/A]", "[Not Supported]": missing, without the general test
     if is_missing(value):
         return None
     text = " ".join(value.split()).lower()
