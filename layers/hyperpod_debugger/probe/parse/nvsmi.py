@@ -62,8 +62,11 @@ def is_missing(value: str | None) -> bool:
     return text.lower() in _MISSING_WORDS
 
 
+@lru_cache(maxsize=4096)
 def number(value: str | None) -> float | None:
-    """``350.56 W`` → 350.56, ``81559 MiB`` → 81559.0, ``33 C`` → 33.0; anything else → None."""
+    """``350.56 W`` → 350.56, ``81559 MiB`` → 81559.0, ``33 C`` → 33.0; anything else → None.
+
+    Kept per spelling (a fleet prints "0", "[N/A]" and its temperatures over and over)."""
     if value is None or value[:1] == "[":  # "[N/A]", "[Not Supported]": no number, and no exception to pay for
         return None
     try:
@@ -89,6 +92,7 @@ _FLAG_WORDS = {
 }
 
 
+@lru_cache(maxsize=1024)
 def flag(value: str | None) -> bool | None:
     """``Active``/``Yes``/``Enabled``/``1`` → True, ``Not Active``/``No``/``Disabled``/``0`` → False.
 
