@@ -99,20 +99,22 @@ def test_probe_of_an_unknown_node_fails_clearly(world, capsys):
 
 
 @pytest.mark.parametrize(
-    ("faults", "outcome"),
+    ("faults", "outcome", "timeout"),
     [
-        (Faults(hang=True), "TIMEOUT"),
-        (Faults(kms_required=True), "ENCRYPTION_REQUIRED"),
-        (Faults(access_denied=True), "DENIED"),
-        (Faults(not_connected=True), "UNREACHABLE"),
+        # the hang needs a short deadline to end; the others answer at once, and a deadline of seconds on a
+        # busy machine would turn their answer into a TIMEOUT (seen in CI), so they get room
+        (Faults(hang=True), "TIMEOUT", 2.0),
+        (Faults(kms_required=True), "ENCRYPTION_REQUIRED", 60.0),
+        (Faults(access_denied=True), "DENIED", 60.0),
+        (Faults(not_connected=True), "UNREACHABLE", 60.0),
     ],
 )
-def test_transport_faults_are_unknown_in_section_k(world, faults, outcome):
+def test_transport_faults_are_unknown_in_section_k(world, faults, outcome, timeout):
     demo, ssm, targets, now = world
     node = demo.eks.nodes["gpu-workers"][0]
     [target] = [t for t in targets if t.endswith(node)]
     ssm.set_faults(faults, target=target)
-    report = _triage(demo.eks, now, node=node, options=ProbeOptions(rate=50.0, timeout=2.0))
+    report = _triage(demo.eks, now, node=node, options=ProbeOptions(rate=50.0, timeout=timeout))
     [f] = [f for f in report.findings if f.check == "probe.session"]
     assert f.tag is Tag.UNKNOWN and f.section == "K" and f"({outcome})" in f.message
     assert not any(c.mutates for c in f.suggested_commands)
