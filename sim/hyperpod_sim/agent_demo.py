@@ -48,6 +48,23 @@ class NodeScene:
     reboots: tuple[datetime, ...]
 
 
+def _node_commands(cluster: seed.SeededCluster, node: str) -> list[SuggestedCommand]:
+    """The drain and reboot the product's ladder suggests for this node (its own builders, not a copy)."""
+    from hyperpod_debugger.remediation import ladder
+
+    target = ladder.Target(
+        arn=cluster.arn,
+        name=cluster.name,
+        region=cluster.region,
+        orchestrator="EKS",
+        eks_cluster_arn=None,
+        continuous=False,
+    )
+    facts = ladder.NodeFacts(node=None, recovering=None, slurm_controller=False)
+    drain = ladder._drain(target, facts, node, "Xid 79")
+    return [*([drain] if drain else []), ladder._reboot(target, [node])]
+
+
 def _xid_report(cluster: seed.SeededCluster, node: str, found: bool, when: datetime) -> TriageReport:
     findings = []
     if found:
@@ -64,29 +81,7 @@ def _xid_report(cluster: seed.SeededCluster, node: str, found: bool, when: datet
                 message="Xid 79 (GPU has fallen off the bus) on this boot: reboot the node; replace it if it returns",
                 evidence=[f"{when:%Y-%m-%dT%H:%M:%S}+00:00 ip-10-1-0-12 kernel: {XID_LINE}"],
                 node_action="reboot",
-                suggested_commands=[
-                    SuggestedCommand(
-                        command=f"kubectl drain hyperpod-{node} --ignore-daemonsets --delete-emptydir-data",
-                        purpose="Move the pods off the node before it reboots",
-                        mutates=True,
-                        blast_radius="Evicts this node's pods; jobs without checkpoints restart from their last one",
-                        iac_warning="Not configuration: nothing to change in templates",
-                        preconditions=["The training job checkpointed, or it can be restarted"],
-                        step="drain",
-                        resource=node,
-                    ),
-                    SuggestedCommand(
-                        command="aws sagemaker batch-reboot-cluster-nodes "
-                        f"--cluster-name {cluster.arn} --node-ids {node}",
-                        purpose="Reboot the node through HyperPod (soft recovery)",
-                        mutates=True,
-                        blast_radius="Restarts this node only; its running processes stop",
-                        iac_warning="Not configuration: nothing to change in templates",
-                        preconditions=["The node is drained"],
-                        step="reboot",
-                        resource=node,
-                    ),
-                ],
+                suggested_commands=_node_commands(cluster, node),
             )
         )
     return TriageReport(

@@ -9,7 +9,6 @@ whose ``kind`` is one of the triage report's error kinds (``invalid_argument``, 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable
@@ -292,6 +291,7 @@ def node_history(
     profile: str | None = None,
 ) -> NodeHistory:
     from hyperpod_debugger.aws.store import FindingStore
+    from hyperpod_debugger.cli.findings import _plain  # the history's plain JSON, as `findings history --json`
 
     if (node is None) == (cluster is None):
         raise ToolFailure("invalid_argument", "give exactly one of node (an instance id) or cluster (cluster-wide)")
@@ -309,14 +309,10 @@ def node_history(
         return NodeHistory(
             key=key,
             table=name,
-            transitions=[Transition(**json.loads(json.dumps(asdict(r), default=_plain))) for r in records],
+            transitions=[Transition(**_plain(asdict(r))) for r in records],
         )
 
     return _aws_errors(read, chosen)
-
-
-def _plain(value: Any) -> Any:
-    return getattr(value, "value", str(value))
 
 
 def read_runbook_section(section: str) -> RunbookSection:
