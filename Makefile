@@ -63,6 +63,7 @@ lint: $(STAMP)
 
 schema: $(STAMP)
 	$(BIN)/hyperpod-debugger schema > references/triage-report.schema.json
+	$(BIN)/hyperpod-debugger schema --finding-event > references/finding-event.schema.json
 
 iam-policy: $(STAMP)
 	$(BIN)/hyperpod-debugger iam-policy

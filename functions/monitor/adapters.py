@@ -90,6 +90,10 @@ def keep_unprocessed(
     return True
 
 
+#: EventBridge error codes that say the request or entry itself is wrong (sending it again cannot succeed).
+REFUSED_EVENTS = frozenset({"ValidationException", "InvalidArgument", "MalformedDetail"})
+
+
 class AwsChannels:
     """Slack through an incoming webhook (URL in Secrets Manager), email through an SNS topic.
 
@@ -136,6 +140,27 @@ class AwsChannels:
             raise ChannelError(f"sns: {code or type(exc).__name__}", permanent=permanent) from None
         except BotoCoreError as exc:
             raise ChannelError(f"sns: {type(exc).__name__}") from None
+
+    def events(self, entries: Sequence[dict[str, Any]]) -> None:
+        """PutEvents, one request (at most ten entries). A request EventBridge refuses as such cannot succeed
+        later; anything else (throttling, access, an entry that failed) is retried, the whole request again:
+        consumers drop the repeats by ``detail.event_id``."""
+        if not entries:
+            return
+        try:
+            response = self._clients.client("events").put_events(Entries=list(entries))
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            raise ChannelError(f"events: {code or type(exc).__name__}", permanent=code in REFUSED_EVENTS) from None
+        except BotoCoreError as exc:
+            raise ChannelError(f"events: {type(exc).__name__}") from None
+        failed = int(response.get("FailedEntryCount") or 0)
+        if failed:
+            codes = sorted({str(e.get("ErrorCode")) for e in response.get("Entries", []) if e.get("ErrorCode")})
+            raise ChannelError(
+                f"events: {failed} of {len(entries)} entries failed ({', '.join(codes) or 'no code'})",
+                permanent=bool(codes) and set(codes) <= REFUSED_EVENTS,
+            )
 
 
 class DeliveryLedger:

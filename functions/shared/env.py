@@ -85,12 +85,15 @@ class _Channels(BaseModel):
     #: A channel whose setting is empty is not used.
     SLACK_SECRET_NAME: str | None = None
     ALERT_TOPIC_ARN: str | None = None
+    #: The EventBridge bus the findings' events go to (name or ARN; none: no events).
+    EVENT_BUS_NAME: str | None = None
     #: Where the notifier and the courier remember what they queued and sent (none: a retry may repeat).
     IDEMPOTENCY_TABLE: str | None = None
 
     @property
     def channels(self) -> tuple[str, ...]:
-        return tuple(c for c, on in (("sns", self.ALERT_TOPIC_ARN), ("slack", self.SLACK_SECRET_NAME)) if on)
+        configured = (("sns", self.ALERT_TOPIC_ARN), ("slack", self.SLACK_SECRET_NAME), ("events", self.EVENT_BUS_NAME))
+        return tuple(c for c, on in configured if on)
 
 
 class NotifierEnv(_Env, Runbook, _Channels):

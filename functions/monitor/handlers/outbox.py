@@ -1,5 +1,6 @@
-"""The courier: the outbox (SQS FIFO) → Slack and SNS, one attempt per message per invocation
-(:class:`functions.monitor.logic.outbox.Courier` decides; this wires it to the queue and the channels)."""
+"""The courier: the outbox (SQS FIFO) → Slack, SNS and the findings' EventBridge bus, one attempt per message
+per invocation (:class:`functions.monitor.logic.outbox.Courier` decides; this wires it to the queue and the
+channels)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from functions.monitor.logic import outbox
 from functions.monitor.runtime import deadline, with_env
 from functions.shared.clients import bookkeeping_clients, clients
 from functions.shared.env import courier_env
+from functions.shared.metric_names import FINDING_EVENTS_PUT
 from functions.shared.observability import logger, metrics, tracer
 
 _processor = SqsFifoPartialProcessor(skip_group_on_error=True)
@@ -77,6 +79,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
 def _report(courier: outbox.Courier) -> None:
     for item in courier.sent:
+        if item.channel == "events":
+            metrics.add_metric(name=FINDING_EVENTS_PUT, unit=MetricUnit.Count, value=len(item.events))
+            logger.info("finding events put", delivery=item.key, events=len(item.events))
+            continue
         metrics.add_metric(name=f"Notifications{item.kind.title()}", unit=MetricUnit.Count, value=1)
         logger.info(
             "notification sent", delivery=item.key, kind=item.kind, channel=item.channel, records=len(item.records)

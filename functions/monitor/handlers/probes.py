@@ -10,6 +10,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
+from functions.monitor import fleet_metrics
 from functions.monitor.logic import sweep
 from functions.monitor.runtime import now, validation_errors, with_env
 from functions.shared.clients import clients
@@ -20,6 +21,8 @@ from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.lifecycle.findings import parse_iso
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.triage import run_probe_batch
+
+START_SESSION = "ssm:StartSession"
 
 
 @with_env(sweep_env)
@@ -55,7 +58,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         errors = [{"at": "nodes", "error": str(exc)}]
         logger.error("probe batch rejected", errors=errors)
         return {"status": "rejected", "errors": errors}
+    calls, throttles = aws.calls[START_SESSION], aws.throttles[START_SESSION]
     result = sweep.probe_batch(request, probe=lambda req: run_probe_batch(req, aws), store=store)
+    fleet_metrics.emit_sessions(
+        batch.cluster_name or batch.cluster_arn,
+        aws.calls[START_SESSION] - calls,
+        aws.throttles[START_SESSION] - throttles,
+    )
     if result.status != "processed":
         logger.error("probe batch failed", cluster=batch.cluster_arn, error=result.error)
         return result.response()

@@ -13,6 +13,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from functions.monitor import fleet_metrics
 from functions.monitor.adapters import DeliveryLedger, SqsOutbox, keep_unprocessed
 from functions.monitor.logic import alerts, outbox, stream
 from functions.monitor.runtime import deadline, now, with_env
@@ -50,7 +51,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         queue=SqsOutbox(clients(env.AWS_REGION), env.OUTBOX_QUEUE_URL),
         ledger=ledger,
         channels=env.channels,
-        render=lambda d: alerts.render(d, region=env.AWS_REGION, runbook_base_url=env.RUNBOOK_BASE_URL),
+        render=lambda d: alerts.render(
+            d, region=env.AWS_REGION, runbook_base_url=env.RUNBOOK_BASE_URL, event_bus=env.EVENT_BUS_NAME
+        ),
         now=now(),
         digest_threshold=env.DIGEST_THRESHOLD,
         breaker_threshold=env.BREAKER_THRESHOLD,
@@ -82,6 +85,7 @@ def _report(result: stream.NotifyResult, ledger: outbox.Ledger) -> None:
         metrics.add_metric(name="OutboxPutFailures", unit=MetricUnit.Count, value=1)
         logger.warning("outbox refused a message: its cluster's later records wait", delivery=key, error=error)
     metrics.add_metric(name="OutboxMessages", unit=MetricUnit.Count, value=result.queued)
+    fleet_metrics.emit_resolutions(result.resolutions)
     if isinstance(ledger, DeliveryLedger) and ledger.errors:
         # Not fatal: at worst a retried record is queued again (the outbox's deduplication still holds).
         logger.warning("delivery ledger unavailable", errors=ledger.errors[:5])

@@ -12,6 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
+from functions.monitor import fleet_metrics
 from functions.monitor.logic import sweep
 from functions.monitor.runtime import now, validation_errors, with_env
 from functions.shared.clients import clients
@@ -86,7 +87,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     )
     if result.status != "processed":
         logger.error("sweep triage failed", cluster=item.cluster, error=result.error)
+        fleet_metrics.emit_cluster_failed(item.cluster_name or item.cluster)
         return result.response()
+    if result.health is not None:
+        fleet_metrics.emit_health(result.health, step_seconds=(now() - started).total_seconds())
+        fleet_metrics.log_problem_nodes(result.health, result.node_groups, result.node_checks)
     metrics.add_metric(name="SweepTransitions", unit=MetricUnit.Count, value=len(result.transitions))
     if result.plan is not None:
         metrics.add_metric(name="NodesPlannedForProbe", unit=MetricUnit.Count, value=len(result.plan.nodes))

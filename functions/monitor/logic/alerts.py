@@ -11,7 +11,16 @@ from pydantic import ValidationError
 
 from functions.shared.events import parse_stream_record
 from hyperpod_debugger.lifecycle.findings import NOTIFYING, StoredFinding, TransitionKind
-from hyperpod_debugger.notify import Notice, breaker, breaker_email, digest, digest_email, email_text, slack_message
+from hyperpod_debugger.notify import (
+    Notice,
+    breaker,
+    breaker_email,
+    digest,
+    digest_email,
+    email_text,
+    finding_event,
+    slack_message,
+)
 from hyperpod_debugger.notify.stored import notice_of
 
 
@@ -103,9 +112,26 @@ class Message:
     slack: dict[str, Any]
     subject: str
     body: str
+    #: one PutEvents entry per change, in the delivery's order (empty: no event bus configured)
+    events: tuple[dict[str, Any], ...] = ()
 
 
-def render(delivery: Delivery, *, region: str, runbook_base_url: str | None) -> Message:
+def events_of(delivery: Delivery, *, bus: str, runbook_base_url: str | None) -> tuple[dict[str, Any], ...]:
+    """Every change of the delivery as a finding event (a digest or a breaker alert is still one event per
+    finding: a rule routes findings, not messages)."""
+    return tuple(
+        finding_event.entry(finding_event.detail_of(c.kind, c.at, c.finding, runbook_base_url=runbook_base_url), bus)
+        for c in delivery.changes
+    )
+
+
+def render(delivery: Delivery, *, region: str, runbook_base_url: str | None, event_bus: str | None = None) -> Message:
+    events = events_of(delivery, bus=event_bus, runbook_base_url=runbook_base_url) if event_bus else ()
+    message = _render(delivery, region=region, runbook_base_url=runbook_base_url)
+    return Message(message.slack, message.subject, message.body, events)
+
+
+def _render(delivery: Delivery, *, region: str, runbook_base_url: str | None) -> Message:
     notices = [to_notice(c, region) for c in delivery.changes]
     first = notices[0]
     if delivery.kind == "single":

@@ -10,9 +10,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from functions.monitor.logic.alerts import Delivery, Message
+from hyperpod_debugger.notify import finding_event
 
-#: Channels in the order they are queued for one message (email first: it never waits for Slack).
-CHANNELS = ("sns", "slack")
+#: Channels in the order they are queued for one message (email first: it never waits for Slack; the
+#: findings' events last). "events": the finding events on EventBridge, ten per message (one PutEvents).
+CHANNELS = ("sns", "slack", "events")
 OUTBOX_VERSION = 1
 
 
@@ -36,6 +38,8 @@ class OutboxMessage:
     slack: dict[str, Any] | None = None
     subject: str | None = None
     body: str | None = None
+    #: PutEvents entries (the "events" channel): at most ten, each for one of ``records``
+    events: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(
@@ -51,6 +55,7 @@ class OutboxMessage:
                 "slack": self.slack,
                 "subject": self.subject,
                 "body": self.body,
+                "events": list(self.events),
             },
             ensure_ascii=False,
             separators=(",", ":"),
@@ -78,6 +83,13 @@ class OutboxMessage:
             raise ValueError("a Slack message without its payload")
         if channel == "sns" and not (isinstance(data.get("subject"), str) and isinstance(data.get("body"), str)):
             raise ValueError("an email without its subject and body")
+        events = data.get("events") or []
+        if channel == "events" and not (
+            isinstance(events, list)
+            and 0 < len(events) <= finding_event.MAX_ENTRIES
+            and all(isinstance(e, dict) and isinstance(e.get("Detail"), str) for e in events)
+        ):
+            raise ValueError(f"finding events must be 1 to {finding_event.MAX_ENTRIES} PutEvents entries")
         return cls(
             id=data["id"],
             channel=channel,
@@ -89,6 +101,7 @@ class OutboxMessage:
             slack=data.get("slack"),
             subject=data.get("subject"),
             body=data.get("body"),
+            events=tuple(events) if channel == "events" else (),
         )
 
 
@@ -97,13 +110,21 @@ def message_id(channel: str, record_ids: Sequence[str]) -> str:
     return digest[:64]
 
 
+def event_parts(record_ids: Sequence[str]) -> list[list[str]]:
+    """The record ids of each "events" message of one delivery (ten changes per PutEvents)."""
+    return finding_event.chunks(list(record_ids))
+
+
 def outbox_messages(
     delivery: Delivery, message: Message, *, channels: Sequence[str], now: datetime
 ) -> list[OutboxMessage]:
-    """One outbox message per configured channel for one delivery."""
+    """One outbox message per configured channel for one delivery (the events channel: one per ten changes)."""
     group = delivery.changes[0].finding.cluster_arn if delivery.changes else "-"
     out = []
     for channel in (c for c in CHANNELS if c in channels):
+        if channel == "events":
+            out.extend(_event_messages(delivery, message, group, now))
+            continue
         out.append(
             OutboxMessage(
                 id=message_id(channel, delivery.record_ids),
@@ -119,6 +140,25 @@ def outbox_messages(
             )
         )
     return out
+
+
+def _event_messages(delivery: Delivery, message: Message, group: str, now: datetime) -> list[OutboxMessage]:
+    if len(message.events) != len(delivery.changes):
+        return []  # rendered without a bus: nothing to put
+    entries = dict(zip(delivery.record_ids, message.events, strict=True))
+    return [
+        OutboxMessage(
+            id=message_id("events", part),
+            channel="events",
+            group=group,
+            key=delivery.key,
+            kind=delivery.kind,
+            records=tuple(part),
+            created_at=now.isoformat(),
+            events=tuple(entries[r] for r in part),
+        )
+        for part in event_parts(delivery.record_ids)
+    ]
 
 
 class ChannelError(Exception):
@@ -142,11 +182,15 @@ class Channels(Protocol):
 
     def email(self, subject: str, body: str) -> None: ...
 
+    def events(self, entries: Sequence[dict[str, Any]]) -> None: ...
+
 
 def send(message: OutboxMessage, channels: Channels) -> None:
     """Send one outbox message on its channel (one attempt: the queue does the retrying)."""
     if message.channel == "slack":
         channels.slack(message.slack or {})
+    elif message.channel == "events":
+        channels.events(message.events)
     else:
         channels.email(message.subject or "", message.body or "")
 
@@ -247,7 +291,12 @@ def message_id_of(body: Any) -> str:
 
 def queued_ids(deliveries: Sequence[Delivery], channels: Sequence[str]) -> list[str]:
     """The ledger keys of every message these deliveries would queue."""
-    return [f"queued#{message_id(c, d.record_ids)}" for d in deliveries for c in CHANNELS if c in channels]
+    keys: list[str] = []
+    for d in deliveries:
+        for c in (c for c in CHANNELS if c in channels):
+            parts = event_parts(d.record_ids) if c == "events" else [d.record_ids]
+            keys.extend(f"queued#{message_id(c, part)}" for part in parts)
+    return keys
 
 
 # --------------------------------------------------------------------------- the courier

@@ -13,7 +13,9 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from functions.monitor.logic import alerts, outbox
-from hyperpod_debugger.lifecycle.findings import StoredFinding
+from hyperpod_debugger.lifecycle.findings import StoredFinding, TransitionKind
+from hyperpod_debugger.notify import finding_event
+from hyperpod_debugger.notify.stored import cluster_label
 
 
 class SetAside(Protocol):
@@ -41,6 +43,21 @@ class NotifyResult:
     deliveries: int = 0
     queued: int = 0
     refused: list[tuple[str, str]] = field(default_factory=list)  # (delivery key, error)
+    #: (cluster, seconds from first seen) of every RESOLVED transition queued in this batch
+    resolutions: list[tuple[str, float]] = field(default_factory=list)
+
+
+def resolutions(changes: Sequence[alerts.StreamChange], failed: set[str]) -> list[tuple[str, float]]:
+    """How long each resolved finding was open, by cluster, leaving out records the stream will retry (they
+    are counted when they go through)."""
+    out = []
+    for change in changes:
+        if change.kind is not TransitionKind.RESOLVED or change.record_id in failed:
+            continue
+        seconds = finding_event.open_seconds(change.finding, change.at)
+        if seconds is not None:
+            out.append((cluster_label(change.finding.cluster_arn, change.finding.cluster_name), seconds))
+    return out
 
 
 def notify(
@@ -81,4 +98,5 @@ def notify(
     result.failed |= queued.failed
     result.queued = queued.queued
     result.refused = queued.refused
+    result.resolutions = resolutions(read.changes, result.failed)
     return result

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from hyperpod_debugger.domain.model import TriageReport
 from hyperpod_debugger.domain.observations import ClusterObservation
+from hyperpod_debugger.lifecycle import health
 from hyperpod_debugger.lifecycle.budget import ClusterShare
 from hyperpod_debugger.lifecycle.findings import (
     SWEEP,
@@ -21,6 +22,7 @@ from hyperpod_debugger.lifecycle.findings import (
     iso,
     plan_sweep,
 )
+from hyperpod_debugger.lifecycle.health import ClusterHealth
 from hyperpod_debugger.lifecycle.rotation import RotationPlan, describe_node, node_of, plan_rotation
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.remediation import ladder
@@ -175,6 +177,11 @@ class SweepResult:
     error: str | None = None
     summary: dict[str, Any] | None = None
     sweep_id: str = ""
+    #: the cluster's health after this run's checks (None: the node list could not be read)
+    health: ClusterHealth | None = None
+    #: instance id → (instance group, checks with an open problem), for the problem-node log lines
+    node_groups: dict[str, str] = field(default_factory=dict)
+    node_checks: dict[str, list[str]] = field(default_factory=dict)
 
     def response(self) -> dict[str, Any]:
         if self.status != "processed":
@@ -230,11 +237,20 @@ def sweep_cluster(
     result = SweepResult(
         "processed", report.cluster.name, arn, transitions, summary=report.summary.model_dump(), sweep_id=sweep_id
     )
+    held, probed_at = store.open_findings(arn), store.last_probed(arn)
+    if obs.nodes.available:
+        nodes = list(obs.nodes.value or ())
+        period = None if settings is None else _period(settings, now)
+        result.health = health.fleet_health(report.cluster.name, nodes, held.values(), probed_at, now, period=period)
+        result.node_groups = {n.instance_id: n.group for n in nodes}
+        for finding in sorted(held.values(), key=lambda f: (f.priority or "P9", f.check)):
+            if finding.instance_id:
+                result.node_checks.setdefault(finding.instance_id, []).append(finding.check)
     if settings is not None:
         planned = clock() if clock is not None else now
         chosen = settings(planned) if callable(settings) else settings
         result.plan, items = plan_probe_batches(
-            report, obs, store.open_findings(arn), store.last_probed(arn), planned, settings=chosen, sweep_id=sweep_id
+            report, obs, held, probed_at, planned, settings=chosen, sweep_id=sweep_id
         )
         # the plan goes to the table; the state machine carries only the batch numbers and their start times
         stored = schedule(items, chosen, planned)
@@ -243,6 +259,10 @@ def sweep_cluster(
         share = chosen.share
         result.concurrency = share.concurrency if share is not None else max(1, len(stored))
     return result
+
+
+def _period(settings: RotationSettings | Callable[[datetime], RotationSettings], now: datetime) -> timedelta:
+    return (settings(now) if callable(settings) else settings).period
 
 
 # --------------------------------------------------------------------------- one probe batch

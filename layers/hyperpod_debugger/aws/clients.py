@@ -14,6 +14,7 @@ import boto3
 from botocore.config import Config
 
 from hyperpod_debugger import __version__
+from hyperpod_debugger.aws.errors import THROTTLED_CODES
 
 #: boto3 service name -> IAM action prefix. Service Quotas is the odd one: the IAM prefix is
 #: ``servicequotas`` while the SDK service is ``service-quotas``.
@@ -60,6 +61,8 @@ class AwsClients:
         )
         self._clients: dict[tuple[str, str], Any] = {}
         self.calls: Counter[str] = Counter()
+        #: throttled answers per IAM action, each HTTP attempt counted (botocore's own retries included)
+        self.throttles: Counter[str] = Counter()
 
     @classmethod
     def for_profile(cls, region: str, profile: str | None, **options: Any) -> AwsClients:
@@ -73,12 +76,22 @@ class AwsClients:
             config = self._config.merge(Config(region_name=key[1]))
             client = self._session.client(service, region_name=key[1], config=config)
             client.meta.events.register("before-call", self._count(service))
+            client.meta.events.register("needs-retry", self._count_throttle(service))
             self._clients[key] = client
         return self._clients[key]
 
     def credentials(self) -> Any:
         """The session's botocore credentials (to SigV4-sign the Session Manager websocket upgrade)."""
         return self._session.get_credentials()
+
+    def _count_throttle(self, service: str) -> Any:
+        def handler(response: Any = None, operation: Any = None, **_: Any) -> None:
+            parsed = response[1] if isinstance(response, tuple) and len(response) > 1 else None
+            code = parsed.get("Error", {}).get("Code") if isinstance(parsed, dict) else None
+            if code in THROTTLED_CODES and operation is not None:
+                self.throttles[iam_action(service, operation.name)] += 1
+
+        return handler
 
     def _count(self, service: str) -> Any:
         def handler(model: Any, **_: Any) -> None:

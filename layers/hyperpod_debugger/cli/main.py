@@ -151,7 +151,12 @@ def _parser() -> argparse.ArgumentParser:
         help="the monitor's findings table the findings tools read (default $HYPERPOD_DEBUGGER_TABLE)",
     )
     sub.add_parser("probe-script", help="print the read-only on-node probe script (probe.sh)")
-    sub.add_parser("schema", help="print the JSON schema of the triage report")
+    schema = sub.add_parser("schema", help="print the JSON schema of the triage report (or of a finding event)")
+    schema.add_argument(
+        "--finding-event",
+        action="store_true",
+        help="the schema of the detail of the finding events the monitor puts on EventBridge instead",
+    )
     sub.add_parser("iam-policy", help="print the IAM policy the triage needs (read-only calls + probe sessions)")
     return parser
 
@@ -409,7 +414,12 @@ def cmd_probe_script(_: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_schema(_: argparse.Namespace) -> int:
+def cmd_schema(args: argparse.Namespace) -> int:
+    if getattr(args, "finding_event", False):
+        from hyperpod_debugger.notify import finding_event
+
+        print(json.dumps(finding_event.schema(), indent=2))
+        return 0
     from hyperpod_debugger.domain.model import TriageReport
 
     print(json.dumps(TriageReport.model_json_schema(), indent=2))
