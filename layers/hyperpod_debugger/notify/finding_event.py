@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hyperpod_debugger.domain.sections import link, pointer
 from hyperpod_debugger.domain.validate import region_of_arn
-from hyperpod_debugger.lifecycle.findings import NOTIFYING, StoredFinding, TransitionKind
+from hyperpod_debugger.lifecycle.findings import NOTIFYING, StoredFinding, TransitionKind, parse_iso
 from hyperpod_debugger.notify.stored import cluster_label
 
 #: A custom source (EventBridge reserves ``aws.`` for AWS services).
@@ -124,8 +124,6 @@ def event_id(kind: TransitionKind, at: str, finding: StoredFinding) -> str:
 
 def open_seconds(finding: StoredFinding, at: str) -> float | None:
     """Seconds from first seen to ``at``, or None when either time cannot be read."""
-    from hyperpod_debugger.lifecycle.findings import parse_iso
-
     try:
         return max(0.0, (parse_iso(at) - parse_iso(finding.first_seen)).total_seconds())
     except (TypeError, ValueError):
