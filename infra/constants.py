@@ -43,12 +43,19 @@ CTX_HMA_FILTER_PATTERN = "hmaFilterPattern"
 CTX_SESSION_DOCUMENTS = "sessionDocuments"
 #: Seconds one cluster's events are gathered into one triage (functions.monitor.logic.windows).
 CTX_EVENT_WINDOW_SECONDS = "eventWindowSeconds"
+#: The EventBridge bus finding events go on: "default", a bus name or a bus ARN; "none" puts no events.
+CTX_FINDINGS_EVENT_BUS = "findingsEventBus"
+#: The UNKNOWN share (percent of a cluster's nodes) above which the watcher alarm goes off.
+CTX_UNKNOWN_SHARE_ALARM_PERCENT = "unknownShareAlarmPercent"
 
 DEFAULT_SCHEDULE = "rate(15 minutes)"
 DEFAULT_START_SESSION_RATE = 3
 DEFAULT_CLUSTER_CONCURRENCY = 3
 DEFAULT_PROBE_PERIOD_HOURS = 24
 DEFAULT_EVENT_WINDOW_SECONDS = 100
+DEFAULT_FINDINGS_EVENT_BUS = "default"
+FINDINGS_EVENT_BUS_OFF = "none"
+DEFAULT_UNKNOWN_SHARE_ALARM_PERCENT = 20
 DEFAULT_SLACK_SECRET_NAME = "hyperpod-debugger/slack-webhook"
 DEFAULT_LOG_RETENTION_DAYS = 30
 DEFAULT_FINDINGS_TTL_DAYS = 90

@@ -19,6 +19,7 @@ from infra.constructs.findings import FindingsStore
 from infra.constructs.hma_subscription import HmaSubscription, cluster_log_groups
 from infra.constructs.kubernetes_access import KubernetesReadAccess
 from infra.constructs.notifications import Notifications, alarm
+from infra.constructs.observability import Observability
 from infra.constructs.session_documents import SessionAccess
 from infra.constructs.sweep import Sweep
 
@@ -40,6 +41,14 @@ def _context_list(scope: Construct, key: str) -> list[str]:
 def _context_value(scope: Construct, key: str, default):
     value = scope.node.try_get_context(key)
     return default if value in (None, "") else value
+
+
+def _context_number(scope: Construct, key: str, default: float) -> float:
+    value = _context_value(scope, key, default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key} must be a number, got {value!r}") from None
 
 
 _RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
@@ -76,8 +85,8 @@ def _retention(days: int) -> logs.RetentionDays:
 
 
 class HyperPodDebuggerStack(cdk.Stack):
-    """Exposes `findings`, `notifications`, `sweep`, `detection` and `hma_subscription` (None without
-    `clusterLogGroups`), and their children, for tests."""
+    """Exposes `findings`, `notifications`, `sweep`, `detection`, `observability` and `hma_subscription`
+    (None without `clusterLogGroups`), and their children, for tests."""
 
     def __init__(self, scope: Construct, construct_id: str, **kwargs) -> None:
         super().__init__(scope, construct_id, description="Read-only health monitor for SageMaker HyperPod", **kwargs)
@@ -98,11 +107,13 @@ class HyperPodDebuggerStack(cdk.Stack):
             alert_emails=_context_list(self, c.CTX_ALERT_EMAILS),
             slack_secret_name=str(_context_value(self, c.CTX_SLACK_SECRET_NAME, c.DEFAULT_SLACK_SECRET_NAME)),
             runbook_base_url=str(_context_value(self, c.CTX_RUNBOOK_BASE_URL, "")),
+            event_bus=self._findings_event_bus(),
         )
         schedule = str(_context_value(self, c.CTX_SCHEDULE, c.DEFAULT_SCHEDULE))
         period_hours = float(_context_value(self, c.CTX_PROBE_PERIOD_HOURS, c.DEFAULT_PROBE_PERIOD_HOURS))
         if period_hours <= 0:
             raise ValueError(f"{c.CTX_PROBE_PERIOD_HOURS} must be > 0, got {period_hours}")
+        probe_period = cdk.Duration.minutes(round(period_hours * 60))
         self.sweep = Sweep(
             self,
             "Sweep",
@@ -114,7 +125,7 @@ class HyperPodDebuggerStack(cdk.Stack):
                 int(_context_value(self, c.CTX_CLUSTER_CONCURRENCY, c.DEFAULT_CLUSTER_CONCURRENCY)),
             ),
             interval=schedule_interval(schedule),
-            probe_period=cdk.Duration.minutes(round(period_hours * 60)),
+            probe_period=probe_period,
             cluster_allowlist=allowlist,
             log_retention=retention,
         )
@@ -132,6 +143,24 @@ class HyperPodDebuggerStack(cdk.Stack):
             window_seconds=int(_context_value(self, c.CTX_EVENT_WINDOW_SECONDS, c.DEFAULT_EVENT_WINDOW_SECONDS)),
         )
         self.hma_subscription = self._build_hma_subscription(allowlist, retention)
+        self.observability = Observability(
+            self,
+            "Observability",
+            topic=self.notifications.topic,
+            state_machine=self.sweep.state_machine,
+            interval=self.sweep.interval,
+            probe_period=probe_period,
+            rules=[*self.detection.rules.values(), self.detection.schedule],
+            sweep_log_group=self.sweep.function.log_group,
+            unknown_share_percent=_context_number(
+                self, c.CTX_UNKNOWN_SHARE_ALARM_PERCENT, c.DEFAULT_UNKNOWN_SHARE_ALARM_PERCENT
+            ),
+            other_alarms=[
+                *self.notifications.alarms.values(),
+                *self.detection.alarms.values(),
+                *(self.hma_subscription.alarms.values() if self.hma_subscription else ()),
+            ],
+        )
         self.sessions = SessionAccess(
             self,
             "SessionAccess",
@@ -142,6 +171,11 @@ class HyperPodDebuggerStack(cdk.Stack):
         self.kubernetes_access = self._build_kubernetes_access()
         self._build_outputs()
         self._add_security_checks()
+
+    def _findings_event_bus(self) -> str | None:
+        """The bus finding events go on (context ``findingsEventBus``; ``none`` puts none)."""
+        bus = str(_context_value(self, c.CTX_FINDINGS_EVENT_BUS, c.DEFAULT_FINDINGS_EVENT_BUS)).strip()
+        return None if bus.lower() == c.FINDINGS_EVENT_BUS_OFF else bus
 
     @property
     def probing_functions(self) -> list:

@@ -15,6 +15,7 @@ than an hour, raise an alarm on the same topic.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import aws_cdk as cdk
@@ -31,6 +32,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from hyperpod_debugger.notify import finding_event
 from infra.constants import (
     COURIER_HANDLER,
     COURIER_TIMEOUT_S,
@@ -44,6 +46,21 @@ from infra.constants import (
     STREAM_RETRY_ATTEMPTS,
 )
 from infra.constructs.python_function import PythonFunction
+
+#: What PutEvents takes as EventBusName for a bus it may put on (no partner buses): a name or a bus ARN.
+_EVENT_BUS = re.compile(r"(arn:aws[\w-]*:events:[a-z]+-[a-z]+-[\w-]+:[0-9]{12}:event-bus/)?[.\-_A-Za-z0-9]{1,256}")
+
+
+def event_bus_arn(scope: Construct, bus: str) -> str:
+    """The ARN of the finding events' bus, given as a name (this account and Region) or as an ARN."""
+    if not _EVENT_BUS.fullmatch(bus) or len(bus) > 1600:
+        raise ValueError(
+            f"findingsEventBus must be 'default', an event bus name or an event bus ARN "
+            f"(arn:<partition>:events:<region>:<account>:event-bus/<name>), or 'none'; got {bus!r}"
+        )
+    if bus.startswith("arn:"):
+        return bus
+    return cdk.Stack.of(scope).format_arn(service="events", resource="event-bus", resource_name=bus)
 
 
 def encrypted_dlq(scope: Construct, construct_id: str, *, fifo: bool = False) -> sqs.Queue:
@@ -84,7 +101,8 @@ def alarm(
 
 class Notifications(Construct):
     """Exposes `key`, `topic`, `slack_secret`, `dlq` (the stream's), `dlq_alarm`, `notifier`, `outbox`,
-    `outbox_dlq`, `courier` (PythonFunctions) and `alarms`."""
+    `outbox_dlq`, `courier` (PythonFunctions), `event_bus_arn` (None when no finding events are put) and
+    `alarms`."""
 
     def __init__(
         self,
@@ -97,8 +115,11 @@ class Notifications(Construct):
         alert_emails: Sequence[str],
         slack_secret_name: str,
         runbook_base_url: str = "",
+        event_bus: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.event_bus = event_bus
+        self.event_bus_arn = event_bus_arn(self, event_bus) if event_bus else None
         self.key = self._build_key()
         self.topic = self._build_topic(alert_emails)
         self.slack_secret = secretsmanager.Secret.from_secret_name_v2(self, "SlackWebhook", slack_secret_name)
@@ -193,6 +214,7 @@ class Notifications(Construct):
                 "RUNBOOK_BASE_URL": runbook_base_url,
                 "OUTBOX_QUEUE_URL": self.outbox.queue_url,
                 "UNPROCESSED_QUEUE_URL": self.dlq.queue_url,
+                **self._event_bus_environment(),
             },
             statements=[
                 iam.PolicyStatement(sid="QueueAlerts", actions=["sqs:SendMessage"], resources=[self.outbox.queue_arn]),
@@ -243,6 +265,7 @@ class Notifications(Construct):
                 "OUTBOX_QUEUE_URL": self.outbox.queue_url,
                 "OUTBOX_DLQ_URL": self.outbox_dlq.queue_url,
                 "SLACK_TIMEOUT_S": "5",
+                **self._event_bus_environment(),
             },
             statements=[
                 iam.PolicyStatement(sid="PublishAlerts", actions=["sns:Publish"], resources=[self.topic.topic_arn]),
@@ -275,12 +298,35 @@ class Notifications(Construct):
                     actions=["sqs:SendMessage"],
                     resources=[self.outbox_dlq.queue_arn],
                 ),
+                *self._event_bus_statements(),
             ],
         )
         courier.function.add_event_source(
             event_sources.SqsEventSource(self.outbox, batch_size=OUTBOX_BATCH_SIZE, report_batch_item_failures=True)
         )
         return courier
+
+    def _event_bus_environment(self) -> dict[str, str]:
+        """Where finding events go; without it the notifier queues none and the courier has no events channel."""
+        return {"EVENT_BUS_NAME": self.event_bus} if self.event_bus else {}
+
+    def _event_bus_statements(self) -> list[iam.PolicyStatement]:
+        if self.event_bus_arn is None:
+            return []
+        return [
+            iam.PolicyStatement(
+                sid="PutFindingEvents",
+                actions=["events:PutEvents"],
+                resources=[self.event_bus_arn],
+                # only the documented finding events (IAM's condition keys for PutEvents)
+                conditions={
+                    "StringEquals": {
+                        "events:source": finding_event.SOURCE,
+                        "events:detail-type": finding_event.DETAIL_TYPE,
+                    }
+                },
+            )
+        ]
 
     def _build_dlq_alarm(self) -> cloudwatch.Alarm:
         return alarm(

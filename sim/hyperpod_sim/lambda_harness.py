@@ -203,6 +203,8 @@ class MonitorResources:
             "OUTBOX_QUEUE_URL": self.outbox_url or None,
             "OUTBOX_DLQ_URL": self.outbox_dlq_url or None,
             "SESSION_DOCUMENTS": json.dumps(self.session_documents) if self.session_documents else None,
+            # the stack's default (context findingsEventBus): finding events go on the account's default bus
+            "EVENT_BUS_NAME": "default",
         }
         env.update(overrides)
         return env

@@ -3,12 +3,13 @@
 A HyperPod node-health event goes to ``event_handler`` (a triage scoped to its node, written to the
 findings table on moto); the table's stream records go to ``stream_notifier``, which renders each
 transition and queues it in the outbox (SQS FIFO); ``courier`` reads the Slack webhook URL from Secrets
-Manager, posts to a local HTTP sink and publishes the email to SNS (read back through a subscribed SQS
-queue). The demo prints what Slack and the email show, replays the same event to show the idempotency,
+Manager, posts to a local HTTP sink, publishes the email to SNS (read back through a subscribed SQS
+queue) and puts each finding event on the default EventBridge bus (a local rule routes them to a queue).
+The demo prints what Slack, the email and one finding event show, replays the same event to show the idempotency,
 publishes two Cluster Events on the simulated EventBridge where the stack's own rule patterns decide
 which reaches the handler, lets the operator fix one problem, and replays the scheduled sweep
 (``sweep_cluster``, then ``probe_batch`` per batch where the handlers have it, as the Step Functions
-Map does) to show the RESOLVED message.
+Map does) to show the RESOLVED message and the fleet-health metrics the sweep emitted.
 
 The handlers live in the repository (``functions/``), not in the installed package: without a
 checkout (or without the ``lambda`` extra) this part is skipped with one line, and the rest of the
@@ -173,6 +174,11 @@ def _notify(monitor: MonitorHarness, handlers: ModuleType) -> tuple[int, Any, li
     return records, response, monitor.sink.received[before:], monitor.emails()
 
 
+def _event_urgency(event: dict[str, Any]) -> tuple[str, str]:
+    finding = event.get("detail", {}).get("finding", {})
+    return (str(finding.get("priority") or "P9"), str(finding.get("check") or ""))
+
+
 def _triage_runs(monitor: MonitorHarness) -> int:
     return sum(1 for line in monitor.logs if line.get("message") == "triage applied")
 
@@ -201,6 +207,101 @@ def _sweep(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now: datet
 
 
 # --------------------------------------------------------------------------- EventBridge, locally
+
+
+#: The finding events' envelope (``hyperpod_debugger.notify.finding_event``) and a rule taking them all,
+#: as an operator would write one (README, "Findings as EventBridge events").
+FINDING_SOURCE = "hyperpod-node-debugger"
+FINDING_DETAIL_TYPE = "HyperPod Node Debugger Finding"
+
+
+@dataclass
+class FindingEventQueue:
+    """A rule on the simulated default bus routing every finding event to a queue the demo reads."""
+
+    clients: AwsClients
+    url: str
+
+    @classmethod
+    def create(cls, clients: AwsClients) -> FindingEventQueue:
+        events, sqs = clients.client("events"), clients.client("sqs")
+        url = sqs.create_queue(QueueName="routed-finding-events")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        pattern = {"source": [FINDING_SOURCE], "detail-type": [FINDING_DETAIL_TYPE]}
+        events.put_rule(Name="finding-events-demo", EventPattern=json.dumps(pattern), State="ENABLED")
+        events.put_targets(Rule="finding-events-demo", Targets=[{"Id": "demo-queue", "Arn": arn}])
+        return cls(clients, url)
+
+    def drain(self) -> list[dict[str, Any]]:
+        sqs = self.clients.client("sqs")
+        received = []
+        while batch := sqs.receive_message(QueueUrl=self.url, MaxNumberOfMessages=10).get("Messages", []):
+            for message in batch:
+                received.append(json.loads(message["Body"]))
+                sqs.delete_message(QueueUrl=self.url, ReceiptHandle=message["ReceiptHandle"])
+        return received
+
+
+def _show_finding_event(out: list[str], event: dict[str, Any]) -> None:
+    """One finding event as the rule's target received it; long lists cut to their first item here."""
+    shown = json.loads(json.dumps(event))
+    finding = shown.get("detail", {}).get("finding", {})
+    cut = []
+    for holder, key in ((finding, "evidence"), (shown.get("detail", {}), "suggested_commands")):
+        items = holder.get(key)
+        if isinstance(items, list) and len(items) > 1:
+            holder[key] = items[:1]
+            cut.append(f"{key}: {len(items) - 1} more")
+    out.append(
+        "EventBridge event (as the rule's target received it"
+        + (f"; shortened here: {', '.join(cut)}" if cut else "")
+        + "):"
+    )
+    out.extend(f"  │ {line}" for line in json.dumps(shown, indent=2, ensure_ascii=False).splitlines())
+    out.append("")
+
+
+#: The sweep's numbers the demo prints (names in ``functions/shared/metric_names.py``); the durations and
+#: ages it also emits change from run to run and are left out here.
+SHOWN_METRICS = (
+    ("Nodes", "nodes"),
+    ("NodesHealthy", "healthy"),
+    ("NodesWarn", "warn"),
+    ("NodesFailing", "failing"),
+    ("NodesUnknown", "unknown"),
+    ("NodesUnobserved", "unobserved"),
+    ("NodesNotRunning", "not running"),
+    ("HealthyShare", "healthy share %"),
+    ("UnknownShare", "UNKNOWN share %"),
+    ("OpenFindingsP0", "open P0"),
+    ("OpenFindingsP1", "open P1"),
+    ("OpenFindingsP2", "open P2"),
+)
+
+
+def _metric_lines(blobs: list[dict[str, Any]], cluster: str) -> list[str]:
+    """The sweep's EMF blobs for ``cluster``: one line for the cluster, one per instance group, and the
+    probe rotation's StartSession calls."""
+
+    def value(blob: dict[str, Any], name: str) -> str:
+        raw = blob.get(name)
+        number = sum(raw) if isinstance(raw, list) else raw
+        return f"{number:g}" if isinstance(number, (int, float)) else "-"
+
+    lines = []
+    ours = [b for b in blobs if b.get("cluster") == cluster]
+    # the cluster's line first, then its groups
+    for blob in sorted(ours, key=lambda b: (b.get("instance_group") is not None, str(b.get("instance_group")))):
+        if "HealthyShare" not in blob and "Nodes" not in blob:
+            continue
+        where = f"group {blob['instance_group']}" if "instance_group" in blob else f"cluster {cluster}"
+        numbers = ", ".join(f"{label} {value(blob, name)}" for name, label in SHOWN_METRICS if name in blob)
+        lines.append(f"   │ {where}: {numbers}")
+    calls = sum(sum(b.get("StartSessionCalls") or [0]) for b in ours)
+    throttles = sum(sum(b.get("StartSessionThrottles") or [0]) for b in ours)
+    if calls or throttles:
+        lines.append(f"   │ probe batches: StartSession calls {calls:g}, throttled {throttles:g}")
+    return lines
 
 
 @dataclass
@@ -317,7 +418,7 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
     out.extend(
         [
             "MONITOR: the Lambda handlers on the simulated account: EventBridge → event_handler → findings table "
-            "→ stream → stream_notifier → outbox (SQS FIFO) → courier → Slack and email → resolution",
+            "→ stream → stream_notifier → outbox (SQS FIFO) → courier → Slack, email and EventBridge → resolution",
             f"   (DynamoDB {resources.findings_table!r} with its stream, idempotency table "
             f"{resources.idempotency_table!r}, Slack webhook URL in secret {resources.secret_name!r} → a local HTTP "
             f"sink, SNS topic {resources.topic_arn.rsplit(':', 1)[-1]!r} → a subscribed SQS queue)",
@@ -327,6 +428,7 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
     cluster = demo.eks
     instance_id = cluster.nodes["gpu-workers"][0]
     store = FindingStore(monitor.clients, resources.findings_table)
+    finding_events = FindingEventQueue.create(monitor.clients)
 
     # 1. the event → event_handler
     event = node_health_event(demo, instance_id, now)
@@ -360,6 +462,16 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
             _show_email(out, email)
     elif emails:
         _show_email(out, emails[0])
+    put = finding_events.drain()
+    if put:
+        transitions = _counts(Counter(e["detail"]["transition"] for e in put))
+        out.append(
+            f"   The courier also put {len(put)} finding event(s) on the account's default EventBridge bus "
+            f"({transitions}); a rule on source {FINDING_SOURCE!r} routed them to a local queue, where any "
+            "target could be (PagerDuty, a central account's bus: see the README). The most urgent:"
+        )
+        out.append("")
+        _show_finding_event(out, min(put, key=_event_urgency))
 
     # 3. the same event again: idempotent on the EventBridge id
     runs = _triage_runs(monitor)
@@ -427,9 +539,17 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
         "6. The scheduled sweep (every 15 minutes; replayed now rather than waited for) runs through the handlers, "
         "as the Step Functions Map invokes them:"
     )
+    emitted = len(monitor.metrics)
     lines, transitions = _sweep(monitor, handlers, demo, now)
     out.extend(lines)
     out.append(f"   The sweep's transitions (whole cluster): {_counts(transitions)}.")
+    numbers = _metric_lines(monitor.metrics[emitted:], cluster.name)
+    if numbers:
+        out.append(
+            "   The fleet-health numbers it emitted (CloudWatch embedded metric format, namespace "
+            "HyperPodDebugger; the stack's dashboard draws them and its alarms watch them):"
+        )
+        out.extend(numbers)
     records, answer, payloads, emails = _notify(monitor, handlers)
     out.append(
         f"   The stream delivers {records} record(s) to stream_notifier → {_response(answer)}. "
@@ -442,6 +562,18 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
     for email in emails:
         if email.subject.startswith("[HyperPod] Resolved"):
             _show_email(out, email)
+    resolved = [e for e in finding_events.drain() if e["detail"]["transition"] == "RESOLVED"]
+    if resolved:
+        event = resolved[0]
+        open_for = event["detail"].get("open_seconds")
+        out.append(
+            f"   Its finding event: transition RESOLVED for {event['detail']['finding']['check']} "
+            f"(open_seconds {open_for:g}, the time from first seen to resolved, also the TimeToResolveSeconds "
+            "metric)."
+            if isinstance(open_for, (int, float))
+            else f"   Its finding event: transition RESOLVED for {event['detail']['finding']['check']}."
+        )
+        out.append("")
 
     # 7. the history
     history = store.open_findings(cluster.arn, include_resolved=True)

@@ -1,6 +1,7 @@
 """The demo's output with what changes from run to run taken out, to show a refactoring changed nothing.
 
-Replaced: timestamps (ISO, ``… UTC``, epoch seconds and milliseconds), moto's random resource ids
+Replaced: timestamps (ISO, ``… UTC``, epoch seconds and milliseconds), finding events' ids and open
+seconds (both follow the clock), moto's random resource ids
 (``vpc-…``, ``sg-…``, …) and UUIDs (each by a placeholder numbered in order of first appearance, so the
 structure stays visible), and the tool's version. Everything else must stay byte for byte the same.
 
@@ -25,6 +26,9 @@ _TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[
 _EPOCH_MS = re.compile(r"\b1[6-9]\d{11}\b")
 _EPOCH_S = re.compile(r"\b1[6-9]\d{8}\b")
 _VERSION = re.compile(r'("tool_version": )"[^"]*"')
+#: A finding event's id hashes the transition's time; how long a finding was open is clock time too.
+_EVENT_ID = re.compile(r'("event_id": )"[0-9a-f]{32}"')
+_OPEN_SECONDS = re.compile(r'(open_seconds"?:? )\d+(?:\.\d+)?')
 
 
 def normalise(text: str) -> str:
@@ -44,6 +48,8 @@ def normalise(text: str) -> str:
     text = _TIME.sub("<time>", text)
     text = _EPOCH_MS.sub("<epoch-ms>", text)
     text = _EPOCH_S.sub("<epoch-s>", text)
+    text = _EVENT_ID.sub(r'\1"<event-id>"', text)
+    text = _OPEN_SECONDS.sub(r"\1<seconds>", text)
     return _VERSION.sub(r'\1"<version>"', text)
 
 

@@ -509,6 +509,7 @@ ALLOWED_EXACT = {
     "states:StartExecution",  # the schedule starts the sweep
     "kms:Decrypt",  # publishing to / alarms on the KMS-encrypted topic
     "kms:GenerateDataKey",
+    "events:PutEvents",  # the courier's finding events, on the configured bus and for their source only
 }
 ALLOWED_SERVICES = {"xray", "logs"}  # trace writes and log delivery / log writes
 

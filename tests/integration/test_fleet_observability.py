@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 
 import jsonschema
 import pytest
@@ -24,7 +25,18 @@ from tests.integration.test_functions import (  # noqa: F401  (fixtures)
     sweep_input,
 )
 
-SCHEMA = json.loads((pathlib.Path(__file__).parents[2] / "references" / "finding-event.schema.json").read_text())
+ROOT = pathlib.Path(__file__).parents[2]
+SCHEMA = json.loads((ROOT / "references" / "finding-event.schema.json").read_text())
+
+
+def readme_json(option: str) -> list:
+    """Every JSON argument the README passes as ``--<option> '...'``, in order (its routing examples)."""
+    text = (ROOT / "README.md").read_text()
+    return [json.loads(m) for m in re.findall(rf"--{option} '(.*?)'", text, flags=re.S)]
+
+
+PAGERDUTY_PATTERN, CENTRAL_PATTERN = readme_json("event-pattern")
+[PAGERDUTY_TARGET], [CENTRAL_TARGET] = readme_json("targets")
 
 
 def emf_blobs(text: str) -> list[dict]:
@@ -88,20 +100,44 @@ def test_a_sweep_emits_the_clusters_health_per_group_and_account_wide(monitor, l
 
 @pytest.fixture
 def routed(monitor, monkeypatch):
-    """The default bus with a rule for P0 and P1 NEW findings (the README's example pattern) to a queue."""
+    """The default bus with the README's two rules, each to a queue of its own in place of its target:
+    P0 and P1 openings (the PagerDuty example) and every finding (the forwarding to a central account)."""
     events, sqs = monitor.clients.client("events"), monitor.clients.client("sqs")
-    url = sqs.create_queue(QueueName="routed-findings")["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    pattern = {
-        "source": ["hyperpod-node-debugger"],
-        "detail-type": ["HyperPod Node Debugger Finding"],
-        "detail": {"transition": ["NEW", "REOPENED", "ESCALATED"], "finding": {"priority": ["P0", "P1"]}},
-    }
-    events.put_rule(Name="urgent-findings", EventPattern=json.dumps(pattern), State="ENABLED")
-    events.put_targets(Rule="urgent-findings", Targets=[{"Id": "queue", "Arn": arn}])
+    urls = {}
+    for name, pattern in (("urgent", PAGERDUTY_PATTERN), ("central", CENTRAL_PATTERN)):
+        url = sqs.create_queue(QueueName=f"routed-{name}")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        events.put_rule(Name=f"findings-{name}", EventPattern=json.dumps(pattern), State="ENABLED")
+        events.put_targets(Rule=f"findings-{name}", Targets=[{"Id": "queue", "Arn": arn}])
+        urls[name] = url
     monkeypatch.setenv("EVENT_BUS_NAME", "default")
     env_module.clear_env_cache()
-    return url
+    return urls
+
+
+def drain(sqs, url: str) -> list[dict]:
+    received = []
+    while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
+        for message in batch:
+            received.append(json.loads(message["Body"]))
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    return received
+
+
+def transform(event: dict, transformer: dict) -> dict:
+    """An EventBridge input transformer applied to ``event``: each path of InputPathsMap (dot notation)
+    read from the event, each string placed JSON-escaped where the template quotes its <name>."""
+    values = {}
+    for name, path in transformer["InputPathsMap"].items():
+        value: object = event
+        for key in path.removeprefix("$.").split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        values[name] = value
+    template = transformer["InputTemplate"]
+    for name, value in values.items():
+        text = json.dumps(value if isinstance(value, str) else json.dumps(value))[1:-1]
+        template = template.replace(f"<{name}>", text)
+    return json.loads(template)
 
 
 def test_every_new_finding_is_put_on_the_bus_and_a_rule_routes_the_urgent_ones(
@@ -120,11 +156,7 @@ def test_every_new_finding_is_put_on_the_bus_and_a_rule_routes_the_urgent_ones(
 
     # THEN the rule's queue holds exactly the stored P0/P1 findings, each a schema-valid event
     sqs = monitor.clients.client("sqs")
-    received = []
-    while batch := sqs.receive_message(QueueUrl=routed, MaxNumberOfMessages=10).get("Messages", []):
-        for message in batch:
-            received.append(json.loads(message["Body"]))
-            sqs.delete_message(QueueUrl=routed, ReceiptHandle=message["ReceiptHandle"])
+    received = drain(sqs, routed["urgent"])
     stored = monitor.store.open_findings(cluster.arn)
     urgent = {fp for fp, f in stored.items() if f.priority and f.priority.value in ("P0", "P1")}
     assert urgent, "the scenario opens urgent findings"
@@ -140,28 +172,44 @@ def test_every_new_finding_is_put_on_the_bus_and_a_rule_routes_the_urgent_ones(
     # and the courier counted every finding it put (all of them, urgent or not)
     put = sum(sum(b["FindingEventsPut"]) for b in emf_blobs(out) if "FindingEventsPut" in b)
     assert put == len(stored)
+    # the forwarding rule takes every one of them, urgent or not
+    forwarded = drain(sqs, routed["central"])
+    assert sorted(e["detail"]["finding"]["fingerprint"] for e in forwarded) == sorted(stored)
+    # each urgent one, through the README's input transformer, is an Events API v2 request PagerDuty takes
+    # (PagerDuty's documented fields: event_action one of trigger/acknowledge/resolve; dedup_key at most
+    # 255 characters; payload summary, source, and severity one of critical/error/warning/info)
+    for event in received:
+        request = transform(event, PAGERDUTY_TARGET["InputTransformer"])
+        assert request["routing_key"] == "YOUR_PAGERDUTY_INTEGRATION_KEY"  # no <placeholder> EventBridge would fill
+        assert request["event_action"] == "trigger"
+        assert request["dedup_key"] == event["detail"]["finding"]["fingerprint"] and len(request["dedup_key"]) <= 255
+        payload = request["payload"]
+        assert payload["summary"] == event["detail"]["finding"]["message"]
+        assert payload["source"] == cluster.name
+        assert payload["custom_details"]["check"] == event["detail"]["finding"]["check"]
+        assert payload["severity"] in {"critical", "error", "warning", "info"}
+        assert payload["custom_details"]["runbook"].startswith("references/node-diagnostics-detail.md")
 
 
-def test_a_resolution_emits_how_long_the_finding_was_open(monitor, live_demo, lambda_context, capsys):
-    # GIVEN a sweep that opened findings, and a fix the operator made (DNS hostnames on the VPC)
-    cluster = live_demo.eks
-    handlers.sweep_cluster(sweep_input(cluster), lambda_context)
-    handlers.stream_notifier(monitor.stream_event(), lambda_context)
-    dns = [f for f in monitor.store.open_findings(cluster.arn).values() if "dns" in f.check.lower()]
-    if not dns:
-        pytest.skip("the scenario has no DNS finding to fix")
-    vpc = next(w for w in dns[0].message.replace(",", " ").split() if w.startswith("vpc-"))
-    monitor.clients.client("ec2").modify_vpc_attribute(VpcId=vpc.strip(".:'\""), EnableDnsHostnames={"Value": True})
+def test_the_readmes_targets_and_central_bus_policy_are_well_formed():
+    from policy_sentry.querying.actions import get_action_data
 
-    # WHEN the next sweep resolves it and the stream reaches the notifier
-    second = handlers.sweep_cluster(sweep_input(cluster), lambda_context)
-    capsys.readouterr()
-    handlers.stream_notifier(monitor.stream_event(), lambda_context)
-    blobs = [b for b in emf_blobs(capsys.readouterr().out) if "TimeToResolveSeconds" in b]
+    # the central account's bus policy grants PutEvents on its own bus, to the organization only
+    [policy] = readme_json("policy")
+    [statement] = policy["Statement"]
+    assert statement["Action"] == "events:PutEvents" and get_action_data("events", "PutEvents")["events"]
+    assert statement["Resource"] == CENTRAL_TARGET["Arn"]
+    assert statement["Condition"]["StringEquals"]["aws:PrincipalOrgID"].startswith("o-")
+    # a target event bus in another account needs a role; an API destination always does
+    assert {"Id", "Arn", "RoleArn"} <= set(CENTRAL_TARGET) and {"Id", "Arn", "RoleArn"} <= set(PAGERDUTY_TARGET)
+    # every path the transformer reads is a field of the documented detail
+    for path in PAGERDUTY_TARGET["InputTransformer"]["InputPathsMap"].values():
+        node: dict = SCHEMA
+        for key in path.removeprefix("$.detail.").split("."):
+            node = _schema_ref(node)["properties"][key]
+        assert node, path
 
-    # THEN one value per resolution, per cluster and account-wide
-    assert second["transitions"].get("RESOLVED", 0) >= 1
-    values = [v for b in blobs for v in b["TimeToResolveSeconds"]]
-    assert len(values) == second["transitions"]["RESOLVED"]
-    assert all(v >= 0 for v in values)
-    assert all(b["cluster"] == cluster.name and ["service"] in dimension_sets(b) for b in blobs)
+
+def _schema_ref(node: dict) -> dict:
+    ref = node.get("$ref", "")
+    return SCHEMA["$defs"][ref.rsplit("/", 1)[-1]] if ref else node

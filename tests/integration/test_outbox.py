@@ -119,8 +119,9 @@ def assert_block_kit(payloads: list[dict]) -> None:
 def test_each_transition_reaches_slack_and_email_once(monitor):
     sweep(monitor, [finding("gpu.xid", node(1)), finding("gpu.ecc", node(2))], {"gpu.xid", "gpu.ecc"})
     assert notify(monitor) == {"batchItemFailures": []}
-    # two messages per finding wait in the outbox: one email, one Slack
-    assert monitor.outbox.depth() == 4
+    # three messages per finding wait in the outbox: one email, one Slack, one finding event (the stack's
+    # default puts finding events on the account's default bus)
+    assert monitor.outbox.depth() == 6
     assert all(r == {"batchItemFailures": []} for r in monitor.deliver_outbox(handlers.courier))
     assert len(monitor.sink.received) == 2 and len(monitor.emails()) == 2
     assert_block_kit(monitor.sink.received)
@@ -262,8 +263,11 @@ def test_a_hanging_slack_costs_one_timeout_per_invocation_not_one_per_message(mo
     # one request reached the hanging endpoint; the other Slack messages were not tried, all wait
     assert monitor.sink.requests == 1
     assert {r["messageId"] for r in slack_records} <= failed
-    # the emails were not held back by Slack
-    assert len(monitor.emails()) == len(event["Records"]) - len(slack_records)
+    # the emails and the finding events were not held back by Slack
+    others = [r for r in event["Records"] if json.loads(r["body"])["channel"] != "slack"]
+    assert others and not {r["messageId"] for r in others} & failed
+    emails = [r for r in others if json.loads(r["body"])["channel"] == "sns"]
+    assert len(monitor.emails()) == len(emails)
     monitor.sink.hang(0)
 
 
@@ -337,7 +341,8 @@ def test_a_throttled_ledger_is_bounded_and_never_drops_a_message(monitor, monkey
     monitor.deliver_outbox(handlers.courier)
     # delivered anyway, once each; each ledger step gave up at its first error instead of stalling
     assert len(monitor.sink.received) == 1 and len(monitor.emails()) == 1
-    assert calls and len(calls) <= 2 + 2 * 2  # the notifier: read + write; the courier: read + a write per message
+    # the notifier and the courier: one read and one write per message each (Slack, email, the finding event)
+    assert calls and len(calls) <= 2 * (1 + 3)
     # and every SDK call it makes is bounded: two attempts in all, short timeouts
     config = clients.bookkeeping_clients(scenarios.REGION).client("dynamodb").meta.config
     assert config.retries["total_max_attempts"] == 2 and config.read_timeout <= 3
