@@ -261,8 +261,8 @@ def _show_finding_event(out: list[str], event: dict[str, Any]) -> None:
     out.append("")
 
 
-#: The sweep's numbers the demo prints (names in ``functions/shared/metric_names.py``); the durations and
-#: ages it also emits change from run to run and are left out here.
+#: The sweep's numbers the demo prints (names in ``functions/shared/metric_names.py``), as table columns;
+#: the durations and ages it also emits change from run to run and are left out here.
 SHOWN_METRICS = (
     ("Nodes", "nodes"),
     ("NodesHealthy", "healthy"),
@@ -271,34 +271,44 @@ SHOWN_METRICS = (
     ("NodesUnknown", "unknown"),
     ("NodesUnobserved", "unobserved"),
     ("NodesNotRunning", "not running"),
-    ("HealthyShare", "healthy share %"),
-    ("UnknownShare", "UNKNOWN share %"),
-    ("OpenFindingsP0", "open P0"),
-    ("OpenFindingsP1", "open P1"),
-    ("OpenFindingsP2", "open P2"),
+    ("HealthyShare", "healthy %"),
+    ("UnknownShare", "UNKNOWN %"),
 )
+OPEN_METRICS = ("OpenFindingsP0", "OpenFindingsP1", "OpenFindingsP2")
 
 
 def _metric_lines(blobs: list[dict[str, Any]], cluster: str) -> list[str]:
-    """The sweep's EMF blobs for ``cluster``: one line for the cluster, one per instance group, and the
-    probe rotation's StartSession calls."""
+    """The sweep's EMF blobs for ``cluster`` as a table: the cluster's row, one per instance group, and
+    the probe rotation's StartSession calls."""
 
     def value(blob: dict[str, Any], name: str) -> str:
         raw = blob.get(name)
         number = sum(raw) if isinstance(raw, list) else raw
         return f"{number:g}" if isinstance(number, (int, float)) else "-"
 
-    lines = []
-    ours = [b for b in blobs if b.get("cluster") == cluster]
-    # the cluster's line first, then its groups
-    for blob in sorted(ours, key=lambda b: (b.get("instance_group") is not None, str(b.get("instance_group")))):
-        if "HealthyShare" not in blob and "Nodes" not in blob:
-            continue
-        where = f"group {blob['instance_group']}" if "instance_group" in blob else f"cluster {cluster}"
-        numbers = ", ".join(f"{label} {value(blob, name)}" for name, label in SHOWN_METRICS if name in blob)
-        lines.append(f"   │ {where}: {numbers}")
-    calls = sum(sum(b.get("StartSessionCalls") or [0]) for b in ours)
-    throttles = sum(sum(b.get("StartSessionThrottles") or [0]) for b in ours)
+    ours = [b for b in blobs if b.get("cluster") == cluster and "Nodes" in b]
+    # the cluster's row first, then its groups
+    ours.sort(key=lambda b: (b.get("instance_group") is not None, str(b.get("instance_group"))))
+    rows = [
+        [f"group {b['instance_group']}" if "instance_group" in b else f"cluster {cluster}"]
+        + [value(b, name) for name, _ in SHOWN_METRICS]
+        + ["/".join(value(b, name) for name in OPEN_METRICS)]
+        for b in ours
+    ]
+    if not rows:
+        return []
+    header = ["", *(label for _, label in SHOWN_METRICS), "open P0/P1/P2"]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "   │ "
+        + "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in [header, *rows]
+    ]
+    lines.append("   │ (the cluster's open findings include its cluster-level ones, which belong to no group)")
+    calls = sum(sum(b.get("StartSessionCalls") or [0]) for b in blobs if b.get("cluster") == cluster)
+    throttles = sum(sum(b.get("StartSessionThrottles") or [0]) for b in blobs if b.get("cluster") == cluster)
     if calls or throttles:
         lines.append(f"   │ probe batches: StartSession calls {calls:g}, throttled {throttles:g}")
     return lines
