@@ -30,6 +30,13 @@ from hyperpod_sim.server import simulated_aws
 @contextmanager
 def _simulated_account(now: datetime) -> Iterator[tuple[AwsClients, Demo]]:
     """The demo account: moto in-process, a fake Session Manager agent per node, a fake Kubernetes API."""
+    with simulated_account_and_ssm(now) as (clients, demo, _):
+        yield clients, demo
+
+
+@contextmanager
+def simulated_account_and_ssm(now: datetime) -> Iterator[tuple[AwsClients, Demo, FakeSsm]]:
+    """The demo account, and its fake Session Manager service (to inject faults, read what it received)."""
     with (
         simulated_aws(),
         FakeSsm(start_session_rate=DEMO_PROBE.rate) as ssm,
@@ -42,7 +49,7 @@ def _simulated_account(now: datetime) -> Iterator[tuple[AwsClients, Demo]]:
             demo = seed_demo(clients, now)
             register_probe_nodes(ssm, demo, now)
             register_kubernetes(kubernetes, demo)
-            yield clients, demo
+            yield clients, demo, ssm
         finally:
             if saved is None:
                 os.environ.pop("AWS_ENDPOINT_URL_SSM", None)

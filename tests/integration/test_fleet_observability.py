@@ -213,3 +213,48 @@ def test_the_readmes_targets_and_central_bus_policy_are_well_formed():
 def _schema_ref(node: dict) -> dict:
     ref = node.get("$ref", "")
     return SCHEMA["$defs"][ref.rsplit("/", 1)[-1]] if ref else node
+
+
+def test_a_probe_batch_counts_its_start_session_calls_and_the_throttled_answers():
+    # GIVEN the demo account with probing on, and Session Manager throttling the first two StartSession
+    # requests it receives (what the service answers over its rate)
+    import importlib
+    from datetime import UTC, datetime
+
+    from functions.shared.events import PROBE_ITEM_SELECTOR
+    from hyperpod_sim.demo import simulated_account_and_ssm
+    from hyperpod_sim.fake_ssm import Faults
+    from hyperpod_sim.lambda_harness import map_items, monitor_harness
+    from hyperpod_sim.monitor_demo import DEMO_ENV
+
+    def handler(name: str):
+        module, attribute = name.rsplit(".", 1)
+        return getattr(importlib.import_module(module), attribute)
+
+    with (
+        simulated_account_and_ssm(datetime.now(UTC)) as (clients, demo, ssm),
+        monitor_harness(clients, env=DEMO_ENV) as monitor,
+    ):
+        cluster = demo.eks
+        swept = monitor.invoke(
+            handler("functions.monitor.handlers.sweep.handler"),
+            {"cluster_arn": cluster.arn, "cluster_name": cluster.name, "sweep_id": "throttled"},
+        )
+        batches = map_items(swept, "$.batches", PROBE_ITEM_SELECTOR)
+        assert batches, "the sweep planned no probe"
+        ssm.set_faults(Faults(throttle_first_n=2))
+        before = len(monitor.metrics)
+        for batch in batches:
+            monitor.invoke(handler("functions.monitor.handlers.probes.handler"), batch)
+        received = ssm.start_calls
+
+    # THEN the batches' metrics say what the service saw: every throttled answer, and one call per
+    # StartSession the batch made. botocore retries a throttled request within the same call, and any
+    # other answer ends it, so the calls are the service's answers that were not throttles (two throttles
+    # are fewer than the clients' attempts: no call ended on one)
+    blobs = [b for b in monitor.metrics[before:] if "StartSessionCalls" in b and b.get("cluster") == cluster.name]
+    calls = sum(sum(b["StartSessionCalls"]) for b in blobs)
+    throttles = sum(sum(b["StartSessionThrottles"]) for b in blobs)
+    throttled = [c for c in received if c.error == "ThrottlingException"]
+    assert throttles == len(throttled) >= 2
+    assert calls == len(received) - len(throttled) >= 1
