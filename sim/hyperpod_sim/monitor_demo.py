@@ -31,6 +31,7 @@ from typing import Any
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.domain import eventbridge
+from hyperpod_debugger.notify import finding_event
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_sim.lambda_harness import Email, MonitorHarness, map_items, monitor_harness
 from hyperpod_sim.scenarios import REGION, Demo
@@ -209,10 +210,9 @@ def _sweep(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now: datet
 # --------------------------------------------------------------------------- EventBridge, locally
 
 
-#: The finding events' envelope (``hyperpod_debugger.notify.finding_event``) and a rule taking them all,
-#: as an operator would write one (README, "Findings as EventBridge events").
-FINDING_SOURCE = "hyperpod-node-debugger"
-FINDING_DETAIL_TYPE = "HyperPod Node Debugger Finding"
+#: The finding events' envelope, which a rule taking them all matches (README, "Findings as EventBridge events").
+FINDING_SOURCE = finding_event.SOURCE
+FINDING_DETAIL_TYPE = finding_event.DETAIL_TYPE
 
 
 @dataclass
