@@ -58,21 +58,19 @@ def search(name: str, *, statistic: str, period: cdk.Duration, dimensions: Seque
 
 
 def per_cluster(name: str, *, statistic: str, period: cdk.Duration, scale: str = "") -> cloudwatch.MathExpression:
-    return cloudwatch.MathExpression(
-        expression=search(name, statistic=statistic, period=period, dimensions=[names.CLUSTER], scale=scale),
-        label="",
-        period=period,
-        using_metrics={},
-    )
+    """Each cluster's line of ``name``."""
+    return _searched(search(name, statistic=statistic, period=period, dimensions=[names.CLUSTER], scale=scale), period)
 
 
 def per_group(name: str, *, statistic: str, period: cdk.Duration) -> cloudwatch.MathExpression:
-    return cloudwatch.MathExpression(
-        expression=search(name, statistic=statistic, period=period, dimensions=[names.CLUSTER, names.INSTANCE_GROUP]),
-        label="",
-        period=period,
-        using_metrics={},
-    )
+    """Each instance group's line of ``name``."""
+    dimensions = [names.CLUSTER, names.INSTANCE_GROUP]
+    return _searched(search(name, statistic=statistic, period=period, dimensions=dimensions), period)
+
+
+def _searched(expression: str, period: cdk.Duration) -> cloudwatch.MathExpression:
+    # no label: SEARCH names each line after its dimension values
+    return cloudwatch.MathExpression(expression=expression, label="", period=period, using_metrics={})
 
 
 def lost_events(rule: events.IRule) -> cloudwatch.MathExpression:

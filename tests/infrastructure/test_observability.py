@@ -34,6 +34,7 @@ from functions.shared import metric_names as names
 from infra import constants as c
 from infra.constructs.observability import stall_periods
 from tests.infrastructure.conftest import synth
+from tests.infrastructure.test_sessions import _function
 
 
 def _topic_ref(value: Any) -> bool:
@@ -49,19 +50,23 @@ def _alarm(template: Template, logical_prefix: str) -> dict:
     return found
 
 
+#: CloudFormation's pseudo parameters, as they resolve in one account and Region.
+PSEUDO = {"AWS::Partition": "aws", "AWS::Region": "us-west-2", "AWS::AccountId": "111122223333"}
+
+
 def _join(value: Any) -> str:
-    """A CloudFormation string value with each reference written as ``<logical id>`` (the dashboard body is
-    a Join of text, Refs and GetAtts)."""
+    """A CloudFormation string value with pseudo parameters resolved and every other reference written as
+    ``<logical id>`` (the dashboard body is a Join of text, Refs and GetAtts)."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and "Fn::Join" in value:
         separator, parts = value["Fn::Join"]
         return separator.join(_join(p) for p in parts)
     if isinstance(value, dict) and "Ref" in value:
-        return f"<{value['Ref']}>"
+        return PSEUDO.get(value["Ref"], f"<{value['Ref']}>")
     if isinstance(value, dict) and "Fn::GetAtt" in value:
         return f"<{value['Fn::GetAtt'][0]}>"
-    raise AssertionError(f"unexpected value in the dashboard body: {value!r}")
+    raise AssertionError(f"unexpected value in a template string: {value!r}")
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +196,7 @@ def test_the_problem_node_table_reads_the_sweeps_log_lines(template: Template, d
     [table] = [w for w in dashboard["widgets"] if w["type"] == "log"]
     query = table["properties"]["query"]
     # its source is the sweep step's log group
-    sweep = _function(template, c.SWEEP_HANDLER)
+    sweep = _function(template, c.SWEEP_HANDLER)["Properties"]
     assert query.startswith(f"SOURCE '<{sweep['LoggingConfig']['LogGroup']['Ref']}>'")
     # its filter selects the real lines, and every field it reads is in them
     match = re.search(r"filter message = '([^']+)'", query)
@@ -304,15 +309,6 @@ def test_the_stall_alarm_fits_cloudwatchs_limits(interval_s, period_s, periods):
 # --------------------------------------------------------------------------- finding events
 
 
-def _function(template: Template, handler: str) -> dict:
-    [found] = [
-        f["Properties"]
-        for f in template.find_resources("AWS::Lambda::Function").values()
-        if f["Properties"]["Handler"] == handler
-    ]
-    return found
-
-
 def _put_events_resources(template: Template) -> dict[str, list]:
     """Policy logical id → each statement granting events:PutEvents."""
     out: dict[str, list] = {}
@@ -326,20 +322,9 @@ def _put_events_resources(template: Template) -> dict[str, list]:
 
 def test_the_notifier_and_courier_are_told_the_default_bus(template: Template):
     for handler in (c.STREAM_NOTIFIER_HANDLER, c.COURIER_HANDLER):
-        assert _function(template, handler)["Environment"]["Variables"]["EVENT_BUS_NAME"] == "default"
+        assert _function(template, handler)["Properties"]["Environment"]["Variables"]["EVENT_BUS_NAME"] == "default"
     # the functions that do not put events are not told a bus
-    assert "EVENT_BUS_NAME" not in _function(template, c.SWEEP_HANDLER)["Environment"]["Variables"]
-
-
-def _render(value: Any) -> str:
-    """A Join of pseudo parameters, as CloudFormation would resolve it in one account and Region."""
-    pseudo = {"AWS::Partition": "aws", "AWS::Region": "us-west-2", "AWS::AccountId": "111122223333"}
-    if isinstance(value, dict) and "Fn::Join" in value:
-        separator, parts = value["Fn::Join"]
-        return separator.join(_render(p) for p in parts)
-    if isinstance(value, dict) and "Ref" in value:
-        return pseudo[value["Ref"]]
-    return str(value)
+    assert "EVENT_BUS_NAME" not in _function(template, c.SWEEP_HANDLER)["Properties"]["Environment"]["Variables"]
 
 
 def test_only_the_courier_may_put_events_only_on_the_bus_and_only_finding_events(template: Template):
@@ -356,7 +341,7 @@ def test_only_the_courier_may_put_events_only_on_the_bus_and_only_finding_events
         for d in get_action_data("events", "PutEvents")["events"]
         if "event-bus" in d["resource_arn_format"]
     ]
-    resource = _render(statement["Resource"])
+    resource = _join(statement["Resource"])
     assert fnmatch.fnmatch(resource, re.sub(r"\$\{[^}]+\}", "*", arn_format))
     assert resource == "arn:aws:events:us-west-2:111122223333:event-bus/default"
     # and only the documented events: the condition keys IAM lists for PutEvents
@@ -398,18 +383,18 @@ def test_the_bus_setting_accepts_what_put_events_accepts(tmp_path_factory, bus_p
             synth(tmp_path_factory, **{c.CTX_FINDINGS_EVENT_BUS: bus})
         return
     _, template, _ = synth(tmp_path_factory, **{c.CTX_FINDINGS_EVENT_BUS: bus})
-    assert _function(template, c.COURIER_HANDLER)["Environment"]["Variables"]["EVENT_BUS_NAME"] == bus
+    assert _function(template, c.COURIER_HANDLER)["Properties"]["Environment"]["Variables"]["EVENT_BUS_NAME"] == bus
     [[statement]] = _put_events_resources(template).values()
     if bus.startswith("arn:"):
         assert statement["Resource"] == bus
     else:
-        assert _render(statement["Resource"]) == f"arn:aws:events:us-west-2:111122223333:event-bus/{bus}"
+        assert _join(statement["Resource"]) == f"arn:aws:events:us-west-2:111122223333:event-bus/{bus}"
 
 
 def test_none_puts_no_finding_events(tmp_path_factory):
     _, template, _ = synth(tmp_path_factory, **{c.CTX_FINDINGS_EVENT_BUS: "none"})
     for handler in (c.STREAM_NOTIFIER_HANDLER, c.COURIER_HANDLER):
-        assert "EVENT_BUS_NAME" not in _function(template, handler)["Environment"]["Variables"]
+        assert "EVENT_BUS_NAME" not in _function(template, handler)["Properties"]["Environment"]["Variables"]
     assert _put_events_resources(template) == {}
 
 
@@ -419,5 +404,5 @@ def test_the_simulators_environment_puts_events_where_the_stack_does(template: T
 
     fields = {f: "x" for f in MonitorResources.__dataclass_fields__ if f not in ("session_documents",)}
     env = MonitorResources(**fields).environment()  # type: ignore[arg-type]
-    stack_env = _function(template, c.COURIER_HANDLER)["Environment"]["Variables"]
+    stack_env = _function(template, c.COURIER_HANDLER)["Properties"]["Environment"]["Variables"]
     assert env["EVENT_BUS_NAME"] == stack_env["EVENT_BUS_NAME"] == c.DEFAULT_FINDINGS_EVENT_BUS
