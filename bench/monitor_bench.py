@@ -1,17 +1,19 @@
 """Benchmark: the monitor's cold import time per handler module, the Lambda layer's size, the
-findings store's writes per steady-state sweep of an unchanged cluster, and how long the courier
-takes over a batch while Slack hangs.
+findings store's writes per steady-state sweep of an unchanged cluster, how long the courier
+takes over a batch while Slack hangs, and how soon a lone HyperPod event is triaged (simulated clock).
 
     make bench            # or: .venv/bin/python bench/monitor_bench.py --nodes 1000
 
 Targets (issue 7): import under 1 s cold; layer under 50 MB unzipped beyond boto3/botocore; no write
 per unchanged finding beyond the bounded heartbeat (one refresh per finding per hour); every node of a
-20,000-node cluster probed at least once a day by the sweep's rotation.
+20,000-node cluster probed at least once a day by the sweep's rotation. Issue 27: a lone Node Health Event
+on a quiet cluster triaged within seconds of simulated time (it waited the whole 100 s window before).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import pathlib
 import subprocess
@@ -235,6 +237,63 @@ def courier_against_a_hanging_slack(messages: int = 10, hang_s: float = 30.0) ->
             }
 
 
+def lone_event_to_triage(second_after_s: float = 30.0) -> dict[str, float]:
+    """A lone Node Health Event on a quiet cluster of the demo account, through the real event and window
+    functions, on a simulated clock: moto's SQS time and the handlers' clock stand still and are moved a second
+    at a time, the window function run on whatever is visible. Returns the simulated seconds from the event to
+    the start of its window's triage, and the same for another node's event ``second_after_s`` after that
+    triage started (the cluster was just read: it waits for the cooldown)."""
+    import contextlib
+    from unittest import mock
+
+    import moto.sqs.models as sqs_models
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import functions.monitor.handlers.windows as window_function
+    from functions.monitor import handlers, signal_run
+    from hyperpod_sim.demo import _simulated_account
+    from hyperpod_sim.lambda_harness import monitor_harness
+    from hyperpod_sim.monitor_demo import DEMO_ENV, node_health_event
+
+    start = datetime.now(UTC).replace(microsecond=0)
+    clock = {"t": 0.0}
+
+    def now() -> datetime:
+        return start + timedelta(seconds=clock["t"])
+
+    real_time, real_millis = sqs_models.unix_time, sqs_models.unix_time_millis
+    with contextlib.ExitStack() as stack:
+        for target, name, value in (
+            (sqs_models, "unix_time", lambda dt=None: real_time(dt) if dt else now().timestamp()),
+            (sqs_models, "unix_time_millis", lambda dt=None: real_millis(dt) if dt else now().timestamp() * 1000),
+            (signal_run, "now", now),
+            (window_function, "now", now),
+        ):
+            stack.enter_context(mock.patch.object(target, name, value, create=True))
+        clients, demo = stack.enter_context(_simulated_account(now()))
+        env = {**DEMO_ENV, "PROBE_ENABLED": "false"}  # the time to the triage's start does not depend on probes
+        monitor = stack.enter_context(monitor_harness(clients, env=env, coalesce=True))
+
+        def event(node: str, n: int) -> dict[str, object]:
+            return {**node_health_event(demo, node, now()), "id": f"0000000{n}-aaaa-4bbb-8ccc-{n:012d}"}
+
+        def seconds_to_triage() -> float:
+            began = clock["t"]
+            while clock["t"] - began < 1000:
+                clock["t"] += 1
+                if monitor.run_windows(handlers.event_window):
+                    return clock["t"] - began
+            return math.inf
+
+        first, second = demo.eks.nodes["gpu-workers"][:2]
+        monitor.invoke(handlers.event_handler, event(first, 1))
+        lone = seconds_to_triage()
+        clock["t"] += second_after_s
+        monitor.invoke(handlers.event_handler, event(second, 2))
+        return {"lone_s": lone, "next_s": seconds_to_triage(), "second_after_s": second_after_s}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -293,6 +352,14 @@ def main() -> int:
         "returned to the queue for later"
     )
     targets["courier ends inside its 60 s timeout with Slack hanging"] = hung["wall_s"] < 60
+
+    lone = lone_event_to_triage()
+    print(
+        f"monitor: a lone Node Health Event on a quiet cluster: its triage started {lone['lone_s']:.0f} s after it "
+        f"arrived; another node's event {lone['second_after_s']:.0f} s after that triage started waited "
+        f"{lone['next_s']:.0f} s (the cluster's cooldown); simulated clock, 100 s windows"
+    )
+    targets["a lone Node Health Event on a quiet cluster triaged within 5 s (simulated)"] = lone["lone_s"] <= 5
     print("targets:")
     for name, passed in targets.items():
         print(f"  [{'PASS' if passed else 'FAIL'}] {name}")

@@ -26,6 +26,10 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("monitor_bench.py", ["--nodes", "1000"]),
     ("sweep_bench.py", []),
     ("timing_bench.py", []),
+    # every scenario, the storm at its stated size (1,000 Node Health Events in 10 minutes, 2,000 nodes)
+    ("alert_bench.py", []),
+    # the courier's targets are stated for 8 clusters x 10 messages (its docstring, references/decisions.md)
+    ("courier_bench.py", ["--clusters", "8", "--messages", "10"]),
 ]
 
 

@@ -20,6 +20,7 @@ PROBE_BATCH_HANDLER = "functions.monitor.handlers.probes.handler"
 STREAM_NOTIFIER_HANDLER = "functions.monitor.handlers.stream.handler"
 COURIER_HANDLER = "functions.monitor.handlers.outbox.handler"
 LOG_SUBSCRIPTION_HANDLER = "functions.monitor.handlers.hma.handler"
+ALERT_GROUPS_HANDLER = "functions.monitor.handlers.alerts.handler"
 EVENT_WINDOW_HANDLER = "functions.monitor.handlers.windows.handler"
 
 # EventBridge: HyperPod's source, detail-types and the rule patterns live in hyperpod_debugger.domain.eventbridge.
@@ -48,6 +49,29 @@ CTX_FINDINGS_EVENT_BUS = "findingsEventBus"
 #: The UNKNOWN share (percent of a cluster's nodes) above which the watcher alarm goes off.
 CTX_UNKNOWN_SHARE_ALARM_PERCENT = "unknownShareAlarmPercent"
 
+# The alert policy (infra/constructs/notifications.py AlertSettings; hyperpod_debugger.notify.policy).
+#: The least urgent priority paged on every channel (P0, P1 or P2), and per channel, overriding it.
+CTX_ALERT_MIN_PRIORITY = "alertMinPriority"
+CTX_SLACK_MIN_PRIORITY = "slackMinPriority"
+CTX_EMAIL_MIN_PRIORITY = "emailMinPriority"
+CTX_CHAT_MIN_PRIORITY = "chatMinPriority"
+#: Seconds before a quiet cluster's first message, and at least between two messages of one cluster.
+CTX_ALERT_GROUP_WAIT_SECONDS = "alertGroupWaitSeconds"
+CTX_ALERT_GROUP_INTERVAL_SECONDS = "alertGroupIntervalSeconds"
+#: The hour (UTC) of the daily summary, and the channels that get it (comma-separated of email, slack, chat).
+CTX_DAILY_SUMMARY_HOUR_UTC = "dailySummaryHourUtc"
+CTX_DAILY_SUMMARY_CHANNELS = "dailySummaryChannels"
+#: "true": create the SNS topic an Amazon Q Developer (chat applications) channel configuration subscribes to.
+CTX_CHAT_NOTIFICATIONS = "chatNotifications"
+#: Minutes HyperPod may repair a node before its incident is paged anyway.
+CTX_REPAIR_GRACE_MINUTES = "repairGraceMinutes"
+DEFAULT_ALERT_MIN_PRIORITY = "P1"
+DEFAULT_ALERT_GROUP_WAIT_SECONDS = 10
+DEFAULT_ALERT_GROUP_INTERVAL_SECONDS = 300
+DEFAULT_DAILY_SUMMARY_HOUR_UTC = 9
+DEFAULT_DAILY_SUMMARY_CHANNELS = "email,slack,chat"
+DEFAULT_REPAIR_GRACE_MINUTES = 60
+
 DEFAULT_SCHEDULE = "rate(15 minutes)"
 DEFAULT_START_SESSION_RATE = 3
 DEFAULT_CLUSTER_CONCURRENCY = 3
@@ -56,11 +80,19 @@ DEFAULT_EVENT_WINDOW_SECONDS = 100
 DEFAULT_FINDINGS_EVENT_BUS = "default"
 FINDINGS_EVENT_BUS_OFF = "none"
 DEFAULT_UNKNOWN_SHARE_ALARM_PERCENT = 20
-DEFAULT_SLACK_SECRET_NAME = "hyperpod-debugger/slack-webhook"
+#: The Slack webhook secret is named by the operator (`-c slackSecretName=…`); none: no Slack channel.
+DEFAULT_SLACK_SECRET_NAME = ""
 DEFAULT_LOG_RETENTION_DAYS = 30
 DEFAULT_FINDINGS_TTL_DAYS = 90
 #: The marker every HMA detection record carries (see hyperpod_debugger.checks.logs.HMA_MARKER).
 DEFAULT_HMA_FILTER_PATTERN = "HealthMonitoringAgentDetectionEvent"
+
+# The share (percent) of startSessionRate the monitor leaves to people: an on-call engineer opening Session
+# Manager sessions during an incident must not compete with it. The sweep and the event windows' probes
+# (0.5/s) together use at most the rest: at the defaults 3 × 66 % = 1.98/s, the sweep 1.48/s, people 1.02/s.
+# Checked at synth (hyperpod_debugger.lifecycle.budget.SweepSettings); 0 reserves nothing.
+CTX_START_SESSION_RESERVE_PERCENT = "startSessionReservePercent"
+DEFAULT_START_SESSION_RESERVE_PERCENT = 34
 
 # Findings table schema.
 TABLE_PK = "pk"
@@ -79,6 +111,10 @@ STREAM_RETRY_ATTEMPTS = 3
 # (AWS's advice for an SQS event source); 200 receives with the courier's backoff (1, 2, 4, 8, then
 # every 15 minutes) are about 48 hours of retries before a message moves to the dead-letter queue.
 COURIER_TIMEOUT_S = 60
+#: The findings table's partition that holds every cluster's alert group (functions/monitor/alert_store.py).
+ALERT_GROUP_PARTITION = "ALERTGROUP"
+#: The alert-group function: one cluster's flush (a query, renders, a few queue writes) per invocation.
+ALERT_GROUP_TIMEOUT_S = 60
 OUTBOX_VISIBILITY_S = 6 * COURIER_TIMEOUT_S
 OUTBOX_MAX_RECEIVES = 200
 OUTBOX_RETENTION_DAYS = 4
@@ -90,4 +126,5 @@ EVENT_TARGET_RETRY_ATTEMPTS = 4
 # Stable logical ids of the outputs tests and operators read.
 OUTPUT_FINDINGS_TABLE = "FindingsTableName"
 OUTPUT_TOPIC = "AlertTopicArn"
+OUTPUT_CHAT_TOPIC = "ChatTopicArn"
 OUTPUT_STATE_MACHINE = "SweepStateMachineArn"

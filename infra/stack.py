@@ -18,7 +18,7 @@ from infra.constructs.detection import Detection, monitor_metric, route_unproces
 from infra.constructs.findings import FindingsStore
 from infra.constructs.hma_subscription import HmaSubscription, cluster_log_groups
 from infra.constructs.kubernetes_access import KubernetesReadAccess
-from infra.constructs.notifications import Notifications, alarm
+from infra.constructs.notifications import AlertSettings, Notifications, alarm
 from infra.constructs.observability import Observability
 from infra.constructs.session_documents import SessionAccess
 from infra.constructs.sweep import Sweep
@@ -84,6 +84,57 @@ def _retention(days: int) -> logs.RetentionDays:
     return _RETENTION[days]
 
 
+_PRIORITIES = ("P0", "P1", "P2")
+#: the daily-summary channel names people write, and the channels' own names
+_CHANNEL_NAMES = {"email": "sns", "slack": "slack", "chat": "chatbot"}
+
+
+def _priority(scope: Construct, key: str, default: str) -> str:
+    value = str(_context_value(scope, key, default)).strip().upper()
+    if value not in _PRIORITIES:
+        raise ValueError(f"{key} must be P0, P1 or P2, got {value!r}")
+    return value
+
+
+def _bounded(scope: Construct, key: str, default: int, low: int, high: int) -> int:
+    value = _context_number(scope, key, default)
+    if value != int(value) or not low <= value <= high:
+        raise ValueError(f"{key} must be a whole number from {low} to {high}, got {value:g}")
+    return int(value)
+
+
+def alert_settings(scope: Construct) -> AlertSettings:
+    """The alert policy from context, each value checked (a bad one fails the synth, naming the key)."""
+    everywhere = _priority(scope, c.CTX_ALERT_MIN_PRIORITY, c.DEFAULT_ALERT_MIN_PRIORITY)
+    channels = [
+        name.strip().lower()
+        for name in str(_context_value(scope, c.CTX_DAILY_SUMMARY_CHANNELS, c.DEFAULT_DAILY_SUMMARY_CHANNELS)).split(
+            ","
+        )
+        if name.strip() and name.strip().lower() != "none"
+    ]
+    unknown = [name for name in channels if name not in _CHANNEL_NAMES]
+    if unknown:
+        raise ValueError(
+            f"{c.CTX_DAILY_SUMMARY_CHANNELS} names channels of {sorted(_CHANNEL_NAMES)} (or none), got {unknown}"
+        )
+    chat = str(_context_value(scope, c.CTX_CHAT_NOTIFICATIONS, "false")).strip().lower()
+    if chat not in ("true", "false"):
+        raise ValueError(f"{c.CTX_CHAT_NOTIFICATIONS} must be true or false, got {chat!r}")
+    return AlertSettings(
+        slack_min_priority=_priority(scope, c.CTX_SLACK_MIN_PRIORITY, everywhere),
+        email_min_priority=_priority(scope, c.CTX_EMAIL_MIN_PRIORITY, everywhere),
+        chat_min_priority=_priority(scope, c.CTX_CHAT_MIN_PRIORITY, everywhere),
+        group_wait_s=_bounded(scope, c.CTX_ALERT_GROUP_WAIT_SECONDS, c.DEFAULT_ALERT_GROUP_WAIT_SECONDS, 0, 300),
+        group_interval_s=_bounded(
+            scope, c.CTX_ALERT_GROUP_INTERVAL_SECONDS, c.DEFAULT_ALERT_GROUP_INTERVAL_SECONDS, 10, 900
+        ),
+        daily_hour_utc=_bounded(scope, c.CTX_DAILY_SUMMARY_HOUR_UTC, c.DEFAULT_DAILY_SUMMARY_HOUR_UTC, 0, 23),
+        daily_channels=tuple(_CHANNEL_NAMES[name] for name in channels),
+        chat_topic=chat == "true",
+    )
+
+
 class HyperPodDebuggerStack(cdk.Stack):
     """Exposes `findings`, `notifications`, `sweep`, `detection`, `observability` and `hma_subscription`
     (None without `clusterLogGroups`), and their children, for tests."""
@@ -105,9 +156,11 @@ class HyperPodDebuggerStack(cdk.Stack):
             idempotency_table=self.findings.idempotency_table,
             layer=self.layer,
             alert_emails=_context_list(self, c.CTX_ALERT_EMAILS),
-            slack_secret_name=str(_context_value(self, c.CTX_SLACK_SECRET_NAME, c.DEFAULT_SLACK_SECRET_NAME)),
+            slack_secret_name=str(_context_value(self, c.CTX_SLACK_SECRET_NAME, c.DEFAULT_SLACK_SECRET_NAME)).strip()
+            or None,
             runbook_base_url=str(_context_value(self, c.CTX_RUNBOOK_BASE_URL, "")),
             event_bus=self._findings_event_bus(),
+            policy=alert_settings(self),
         )
         schedule = str(_context_value(self, c.CTX_SCHEDULE, c.DEFAULT_SCHEDULE))
         period_hours = float(_context_value(self, c.CTX_PROBE_PERIOD_HOURS, c.DEFAULT_PROBE_PERIOD_HOURS))
@@ -123,6 +176,9 @@ class HyperPodDebuggerStack(cdk.Stack):
             settings=SweepSettings(
                 self.start_session_rate,
                 int(_context_value(self, c.CTX_CLUSTER_CONCURRENCY, c.DEFAULT_CLUSTER_CONCURRENCY)),
+                reserve_percent=_context_number(
+                    self, c.CTX_START_SESSION_RESERVE_PERCENT, c.DEFAULT_START_SESSION_RESERVE_PERCENT
+                ),
             ),
             interval=schedule_interval(schedule),
             probe_period=probe_period,
@@ -142,6 +198,10 @@ class HyperPodDebuggerStack(cdk.Stack):
             alarm_topic=self.notifications.topic,
             window_seconds=int(_context_value(self, c.CTX_EVENT_WINDOW_SECONDS, c.DEFAULT_EVENT_WINDOW_SECONDS)),
         )
+        # the windows' probes come out of the same unreserved part of the account's rate as the sweep's
+        self.detection.window_function.function.add_environment(
+            "EVENT_WINDOW_PROBE_RATE", f"{self.sweep.settings.window_rate:g}"
+        )
         self.hma_subscription = self._build_hma_subscription(allowlist, retention)
         self.observability = Observability(
             self,
@@ -150,7 +210,7 @@ class HyperPodDebuggerStack(cdk.Stack):
             state_machine=self.sweep.state_machine,
             interval=self.sweep.interval,
             probe_period=probe_period,
-            rules=[*self.detection.rules.values(), self.detection.schedule],
+            rules=[*self.detection.rules.values(), self.detection.schedule, self.notifications.daily_rule],
             sweep_log_group=self.sweep.function.log_group,
             unknown_share_percent=_context_number(
                 self, c.CTX_UNKNOWN_SHARE_ALARM_PERCENT, c.DEFAULT_UNKNOWN_SHARE_ALARM_PERCENT
@@ -169,6 +229,10 @@ class HyperPodDebuggerStack(cdk.Stack):
         for function in self.probing_functions:
             self.sessions.grant(function)
         self.kubernetes_access = self._build_kubernetes_access()
+        grace = _bounded(self, c.CTX_REPAIR_GRACE_MINUTES, c.DEFAULT_REPAIR_GRACE_MINUTES, 5, 24 * 60)
+        for function in self.triaging_functions:
+            # how long HyperPod may repair a node before its incident is paged anyway
+            function.function.add_environment("REPAIR_GRACE_S", str(grace * 60))
         self._build_outputs()
         self._add_security_checks()
 
@@ -176,6 +240,12 @@ class HyperPodDebuggerStack(cdk.Stack):
         """The bus finding events go on (context ``findingsEventBus``; ``none`` puts none)."""
         bus = str(_context_value(self, c.CTX_FINDINGS_EVENT_BUS, c.DEFAULT_FINDINGS_EVENT_BUS)).strip()
         return None if bus.lower() == c.FINDINGS_EVENT_BUS_OFF else bus
+
+    @property
+    def triaging_functions(self) -> list:
+        """Every function that runs a triage and so brings the incidents up to date."""
+        functions = [self.detection.function, *self.probing_functions]
+        return functions + ([self.hma_subscription.function] if self.hma_subscription else [])
 
     @property
     def probing_functions(self) -> list:
@@ -254,6 +324,10 @@ class HyperPodDebuggerStack(cdk.Stack):
         ):
             output = cdk.CfnOutput(self, key, value=value)
             output.override_logical_id(key)
+        if self.notifications.chat_topic is not None:
+            # what an Amazon Q Developer (chat applications) channel configuration subscribes to
+            output = cdk.CfnOutput(self, c.OUTPUT_CHAT_TOPIC, value=self.notifications.chat_topic.topic_arn)
+            output.override_logical_id(c.OUTPUT_CHAT_TOPIC)
 
     def _add_security_checks(self) -> None:
         cdk.Validations.of(self).add_plugins(AwsSolutionsChecks(self))

@@ -1,5 +1,6 @@
 """The monitor's adapters: Secrets Manager (the Slack webhook URL), Slack, SNS, the idempotency store,
-the notifier's delivery ledger and the queue that keeps inputs the monitor could not process.
+the notifier's delivery ledger, the courier's shared Slack lanes and the queue that keeps inputs the
+monitor could not process.
 
 Every boto3 client comes from :class:`hyperpod_debugger.aws.clients.AwsClients`, built lazily (never
 at import). The webhook URL is a secret: it is never logged, and errors name only a hash of it.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -19,9 +21,9 @@ from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from functions.monitor.logic import outbox
-from functions.monitor.logic.outbox import ChannelError, OutboxMessage
+from functions.monitor.logic.outbox import ChannelError, Lane, LocalLanes, OutboxMessage, Pace, Slot
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.notify.slack import DeliveryError, post_to_webhook
+from hyperpod_debugger.notify.slack import DeliveryError, post_to_webhook, webhook_id
 
 
 @lru_cache(maxsize=4)
@@ -109,37 +111,56 @@ class AwsChannels:
         topic_arn: str | None,
         slack_attempts: int = 1,
         slack_timeout: float = 5.0,
+        chat_topic_arn: str | None = None,
     ) -> None:
         self._clients = clients
         self._secret_name = secret_name
         self._topic_arn = topic_arn
+        self._chat_topic_arn = chat_topic_arn
         self._attempts = slack_attempts
         self._timeout = slack_timeout
         self._url: str | None = None
 
+    def _webhook(self) -> str:
+        if self._url is None:
+            self._url = webhook_url(self._clients, self._secret_name or "")
+        return self._url
+
+    def slack_hook(self) -> str | None:
+        """The webhook's :func:`webhook_id` (safe to store and log), None without a Slack channel. Raises
+        :class:`ChannelError` when the secret cannot be read."""
+        return webhook_id(self._webhook()) if self._secret_name else None
+
     def slack(self, payload: dict[str, Any]) -> None:
         if not self._secret_name:
             return
-        if self._url is None:
-            self._url = webhook_url(self._clients, self._secret_name)
+        url = self._webhook()
         try:
-            post_to_webhook(self._url, payload, timeout=self._timeout, attempts=self._attempts)
+            post_to_webhook(url, payload, timeout=self._timeout, attempts=self._attempts)
         except DeliveryError as exc:
             # DeliveryError's text is already free of the URL (notify.slack redacts it).
             raise ChannelError(f"slack: {exc}", permanent=not exc.retryable, retry_after=exc.retry_after) from None
 
     def email(self, subject: str, body: str) -> None:
-        if not self._topic_arn:
+        self._publish("sns", self._topic_arn, body, subject=subject)
+
+    def chat(self, notification: str) -> None:
+        """Amazon Q Developer reads the message body as its custom-notification JSON; no subject."""
+        self._publish("chatbot", self._chat_topic_arn, notification)
+
+    def _publish(self, name: str, topic_arn: str | None, body: str, *, subject: str | None = None) -> None:
+        if not topic_arn:
             return
+        params = {"TopicArn": topic_arn, "Message": body} | ({"Subject": subject} if subject else {})
         try:
-            self._clients.client("sns").publish(TopicArn=self._topic_arn, Subject=subject, Message=body)
+            self._clients.client("sns").publish(**params)
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             # a message SNS refuses as such cannot succeed later; throttling, KMS or access can
             permanent = code in {"InvalidParameter", "InvalidParameterValue"}
-            raise ChannelError(f"sns: {code or type(exc).__name__}", permanent=permanent) from None
+            raise ChannelError(f"{name}: {code or type(exc).__name__}", permanent=permanent) from None
         except BotoCoreError as exc:
-            raise ChannelError(f"sns: {type(exc).__name__}") from None
+            raise ChannelError(f"{name}: {type(exc).__name__}") from None
 
     def events(self, entries: Sequence[dict[str, Any]]) -> None:
         """PutEvents, one request (at most ten entries). A request EventBridge refuses as such cannot succeed
@@ -295,9 +316,130 @@ def dead_letter(clients: AwsClients, queue_url: str, body: str, *, group: str, d
         raise ChannelError(f"dead-letter queue: {type(exc).__name__}") from None
 
 
+def _millis_up(seconds: float) -> str:
+    """Epoch seconds as the lane stores them: whole milliseconds, rounded up (a slot is never early)."""
+    millis = math.ceil(round(seconds * 1000, 3))
+    return f"{millis // 1000}.{millis % 1000:03d}"
+
+
+class SharedLanes:
+    """The paced channels' lanes (one per Slack webhook), shared by every courier through the idempotency
+    table: one item per lane, ``pace#<lane>``, holding ``due`` and ``blocked_until`` (epoch seconds, see
+    :class:`~functions.monitor.logic.outbox.Lane`), a ``version`` and the table's TTL attribute a day out.
+
+    A lane changes only by an UpdateItem conditional on the version this courier last saw. When another
+    courier changed it first, the failed condition hands back the item as it is now (ALL_OLD) and the step
+    is worked out again from that, so no two couriers take the same slot and no read is ever needed: one
+    call per slot while nobody else sends, two when somebody did. Bounded like the ledger (two SDK
+    attempts, short timeouts, nothing after ``deadline``). When the table cannot be used the courier paces
+    on its own for the rest of the invocation, from what it last saw (:class:`LocalLanes`): Slack may then
+    answer 429s, which hold the channel back; no message is dropped for it.
+    """
+
+    PREFIX = "pace#"
+    TTL_S = 24 * 3600
+    #: Conditional writes one step tries before giving up (every failed one means another courier went first).
+    TRIES = 5
+    _NAMES = {"#id": "id", "#due": "due", "#blocked": "blocked_until", "#version": "version", "#expires": "expiration"}
+
+    def __init__(self, clients: AwsClients, table_name: str, *, deadline: float | None = None) -> None:
+        self._ddb = clients.client("dynamodb")
+        self._table = table_name
+        self._deadline = deadline
+        #: lane -> (what this courier last saw, its version); version 0: no item
+        self._seen: dict[str, tuple[Lane, int]] = {}
+        self._local: LocalLanes | None = None
+        self.errors: list[str] = []
+        #: conditional writes another courier got to first
+        self.conflicts = 0
+
+    def _fallback(self, reason: str) -> LocalLanes:
+        if self._local is None:
+            self.errors.append(reason)
+            self._local = LocalLanes()
+            self._local.lanes.update({lane: seen for lane, (seen, _) in self._seen.items()})
+        return self._local
+
+    def reserve(self, lane: str, pace: Pace, *, now: float, within_s: float) -> Slot:
+        at = now + pace.interval_s
+        for _ in range(self.TRIES):
+            if self._local is not None:
+                return self._local.reserve(lane, pace, now=now, within_s=within_s)
+            state, version = self._seen.get(lane, (Lane(), 0))
+            at, after = pace.next_slot(state, now)
+            if at - now > within_s:
+                return Slot(at, reserved=False)
+            if self._write(lane, version, after, now):
+                return Slot(at, reserved=True)
+        # every try lost to another courier: come back once the slot this one saw has passed
+        return Slot(max(at, now + pace.interval_s), reserved=False)
+
+    def block(self, lane: str, pace: Pace, *, until: float) -> None:
+        for _ in range(self.TRIES):
+            if self._local is not None:
+                self._local.block(lane, pace, until=until)
+                return
+            state, version = self._seen.get(lane, (Lane(), 0))
+            after = pace.blocked(state, until)
+            if after == state or self._write(lane, version, after, until):
+                return
+
+    def _write(self, lane: str, version: int, after: Lane, now: float) -> bool:
+        """Write ``after`` over ``version``; False when another courier wrote first (``_seen`` then holds
+        what it wrote) or when the table cannot be used (the local lanes take over)."""
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            self._fallback("skipped: the invocation's time is nearly up")
+            return False
+        values = {
+            ":due": {"N": _millis_up(after.due)},
+            ":blocked": {"N": _millis_up(after.blocked_until)},
+            ":next": {"N": str(version + 1)},
+            ":expires": {"N": str(int(max(now, after.blocked_until) + self.TTL_S))},
+        }
+        if version:
+            values[":seen"] = {"N": str(version)}
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key={"id": {"S": self.PREFIX + lane}},
+                UpdateExpression="SET #due = :due, #blocked = :blocked, #version = :next, #expires = :expires",
+                ConditionExpression="#version = :seen" if version else "attribute_not_exists(#id)",
+                # DynamoDB refuses a name the expressions do not use: ``#id`` only in the first write's condition
+                ExpressionAttributeNames={k: v for k, v in self._NAMES.items() if k != "#id" or not version},
+                ExpressionAttributeValues=values,
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                self._fallback(f"lane: {exc.response.get('Error', {}).get('Code') or type(exc).__name__}")
+                return False
+            self.conflicts += 1
+            self._seen[lane] = self._parse(exc.response.get("Item"))
+            return False
+        except BotoCoreError as exc:
+            self._fallback(f"lane: {type(exc).__name__}")
+            return False
+        self._seen[lane] = (Lane(float(values[":due"]["N"]), float(values[":blocked"]["N"])), version + 1)
+        return True
+
+    @staticmethod
+    def _parse(item: dict[str, Any] | None) -> tuple[Lane, int]:
+        """A lane item as the table holds it; none (expired, or never written): an idle lane."""
+        if not item:
+            return Lane(), 0
+
+        def number(name: str) -> float:
+            try:
+                return float(item[name]["N"])
+            except (KeyError, TypeError, ValueError):
+                return 0.0
+
+        return Lane(due=number("due"), blocked_until=number("blocked_until")), int(number("version"))
+
+
 class AwsCourierPorts:
     """The courier's ports on AWS: the channels (one Slack attempt each), the outbox's backoff, its
-    dead-letter queue, and the invocation's clock."""
+    dead-letter queue, the invocation's clock, and the Slack webhook's lane."""
 
     def __init__(
         self,
@@ -309,12 +451,22 @@ class AwsCourierPorts:
         outbox_url: str,
         dlq_url: str,
         remaining_ms: Callable[[], float],
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        chat_topic_arn: str | None = None,
     ) -> None:
         self._aws = aws
         self._dlq_url = dlq_url
         self._remaining_ms = remaining_ms
+        self._clock = clock
+        self._sleep = sleep
         self._channels = AwsChannels(
-            aws, secret_name=secret_name, topic_arn=topic_arn, slack_attempts=1, slack_timeout=slack_timeout
+            aws,
+            secret_name=secret_name,
+            topic_arn=topic_arn,
+            slack_attempts=1,
+            slack_timeout=slack_timeout,
+            chat_topic_arn=chat_topic_arn,
         )
         self._outbox = SqsOutbox(aws, outbox_url)
 
@@ -329,3 +481,17 @@ class AwsCourierPorts:
 
     def remaining_s(self) -> float:
         return float(self._remaining_ms()) / 1000
+
+    def now(self) -> float:
+        return self._clock()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self._sleep(seconds)
+
+    def lane(self, channel: str) -> str | None:
+        """Slack's lane is its webhook (by hash: the URL is a secret); other channels are not paced."""
+        if channel == "slack":
+            hook = self._channels.slack_hook()
+            return f"slack#{hook}" if hook else None
+        return None

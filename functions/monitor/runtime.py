@@ -3,9 +3,10 @@ the invocation's deadline. Light on purpose: every function imports it (the tria
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -32,8 +33,28 @@ def with_env(getter: Callable[[], Any]) -> Callable[[F], F]:
     return wrap
 
 
-def now() -> datetime:
+def _wall_clock() -> datetime:
     return datetime.now(UTC)
+
+
+#: Where every handler reads the time. The simulator swaps it (:func:`use_clock`) to run hours of a monitor's
+#: life on a simulated clock; nothing else does.
+_clock: Callable[[], datetime] = _wall_clock
+
+
+def now() -> datetime:
+    return _clock()
+
+
+@contextlib.contextmanager
+def use_clock(clock: Callable[[], datetime]) -> Iterator[None]:
+    """Every handler reads ``clock()`` as the time within the block (the simulator's clock)."""
+    global _clock
+    saved, _clock = _clock, clock
+    try:
+        yield
+    finally:
+        _clock = saved
 
 
 def deadline(context: Any, margin_s: float = 10.0) -> float | None:
@@ -74,4 +95,4 @@ def reject(
     return {"status": "rejected", "event_id": event_id, "detail_type": detail_type, "errors": errors, "kept": kept}
 
 
-__all__ = ["deadline", "now", "reject", "validation_errors", "with_env"]
+__all__ = ["deadline", "now", "reject", "use_clock", "validation_errors", "with_env"]

@@ -19,6 +19,7 @@ from functions.monitor.window_store import TableWindows, WindowQueue
 from functions.shared.clients import clients
 from functions.shared.env import MonitorEnv
 from functions.shared.observability import logger, metrics
+from hyperpod_debugger.aws.incident_store import IncidentStore
 from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.triage import run_triage
 
@@ -28,6 +29,8 @@ def _run_signal(event: dict[str, Any], signal: signals.ClusterSignal, env: Monit
         signal,
         triage=lambda req: run_triage(req, clients(req.region)),
         store=FindingStore(clients(env.AWS_REGION), env.FINDINGS_TABLE),
+        incidents=IncidentStore(clients(env.AWS_REGION), env.FINDINGS_TABLE),
+        repair_grace=env.repair_grace,
         now=now(),
         probe=env.PROBE_ENABLED,
         probe_timeout=env.PROBE_TIMEOUT_S,
@@ -86,7 +89,14 @@ def coalesced(env: MonitorEnv) -> Callable[[signals.ClusterSignal], dict[str, An
     queue = WindowQueue(aws, env.EVENT_WINDOW_QUEUE_URL)
 
     def hand_over(signal: signals.ClusterSignal) -> dict[str, Any]:
-        result = windows.enqueue(signal, windows=store, queue=queue, now=now(), window_s=env.EVENT_WINDOW_S)
+        result = windows.enqueue(
+            signal,
+            windows=store,
+            queue=queue,
+            now=now(),
+            window_s=env.EVENT_WINDOW_S,
+            lead_s=env.EVENT_WINDOW_LEAD_S,
+        )
         logger.info(
             "event kept for its window",
             event_id=signal.event_id,
@@ -95,6 +105,7 @@ def coalesced(env: MonitorEnv) -> Callable[[signals.ClusterSignal], dict[str, An
             reason=signal.reason,
             window=result.get("window"),
             due_at=result.get("due_at"),
+            leading=result.get("leading"),
             notes=list(signal.notes) or None,
         )
         return result
@@ -107,6 +118,8 @@ def _run_window(event: dict[str, Any], events: windows.WindowEvents, env: Monito
         events,
         triage=lambda req: run_triage(req, clients(req.region)),
         store=FindingStore(clients(env.AWS_REGION), env.FINDINGS_TABLE),
+        incidents=IncidentStore(clients(env.AWS_REGION), env.FINDINGS_TABLE),
+        repair_grace=env.repair_grace,
         now=now(),
         probe=env.PROBE_ENABLED,
         probe_timeout=env.PROBE_TIMEOUT_S,

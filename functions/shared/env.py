@@ -7,12 +7,15 @@ and call :func:`clear_env_cache`.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from hyperpod_debugger.aws.ssm_documents import SessionDocuments
 from hyperpod_debugger.domain.eventbridge import Allowlist
+from hyperpod_debugger.lifecycle import budget
+from hyperpod_debugger.notify.policy import AlertPolicy
 
 
 class _Env(BaseModel):
@@ -57,7 +60,16 @@ class Sessions(BaseModel):
         return SessionDocuments.from_setting(self.SESSION_DOCUMENTS)
 
 
-class MonitorEnv(_Env, Runbook, ClusterAllowlist, Sessions):
+class IncidentTiming(BaseModel):
+    #: Seconds HyperPod may repair a node before its incident is paged anyway.
+    REPAIR_GRACE_S: PositiveInt = 3600
+
+    @property
+    def repair_grace(self) -> timedelta:
+        return timedelta(seconds=self.REPAIR_GRACE_S)
+
+
+class MonitorEnv(_Env, Runbook, ClusterAllowlist, Sessions, IncidentTiming):
     """The EventBridge event handler and the HMA log-subscription handler."""
 
     FINDINGS_TABLE: str = Field(min_length=1)
@@ -74,6 +86,10 @@ class MonitorEnv(_Env, Runbook, ClusterAllowlist, Sessions):
     #: event is triaged at once, on its own).
     EVENT_WINDOW_QUEUE_URL: str | None = None
     EVENT_WINDOW_S: int = Field(default=100, ge=1, le=900)
+    #: Seconds after an urgent event (a fault HyperPod reports on a node, an Error Cluster Event) on a quiet
+    #: cluster before its window runs: the leading edge (``logic.windows``), so the first alert comes in
+    #: seconds; the events that arrive with it join it.
+    EVENT_WINDOW_LEAD_S: int = Field(default=2, ge=0, le=60)
     #: Nodes one window probes, and the StartSession calls per second it uses (the sweep's headroom).
     EVENT_WINDOW_PROBE_MAX_NODES: PositiveInt = 15
     EVENT_WINDOW_PROBE_RATE: float = Field(default=0.5, gt=0, le=3)
@@ -90,27 +106,76 @@ class _Channels(BaseModel):
     #: Where the notifier and the courier remember what they queued and sent (none: a retry may repeat).
     IDEMPOTENCY_TABLE: str | None = None
 
+    #: The SNS topic an Amazon Q Developer (chat applications) channel configuration subscribes to (none: no
+    #: such channel); messages are its custom-notification JSON.
+    CHATBOT_TOPIC_ARN: str | None = None
+
     @property
     def channels(self) -> tuple[str, ...]:
-        configured = (("sns", self.ALERT_TOPIC_ARN), ("slack", self.SLACK_SECRET_NAME), ("events", self.EVENT_BUS_NAME))
+        configured = (
+            ("sns", self.ALERT_TOPIC_ARN),
+            ("slack", self.SLACK_SECRET_NAME),
+            ("chatbot", self.CHATBOT_TOPIC_ARN),
+            ("events", self.EVENT_BUS_NAME),
+        )
         return tuple(c for c, on in configured if on)
 
 
-class NotifierEnv(_Env, Runbook, _Channels):
-    """The DynamoDB-stream notifier: renders each transition and queues it in the outbox."""
+class AlertGroupTiming(BaseModel):
+    #: Seconds before the first message of a quiet cluster's alert group, and at least between two.
+    ALERT_GROUP_WAIT_S: int = Field(default=10, ge=0, le=300)
+    ALERT_GROUP_INTERVAL_S: int = Field(default=300, ge=10, le=900)
+
+
+class NotifierEnv(_Env, Runbook, _Channels, AlertGroupTiming):
+    """The DynamoDB-stream notifier: finding events into the outbox; incidents' transitions arm their
+    cluster's alert group."""
 
     #: The outbox (SQS FIFO) the courier delivers from.
     OUTBOX_QUEUE_URL: str = Field(min_length=1)
     #: Where stream records that cannot be read are kept (the stream's own dead-letter queue).
     UNPROCESSED_QUEUE_URL: str | None = None
-    #: More NEW findings of one cluster than this in one batch: one digest instead.
-    DIGEST_THRESHOLD: PositiveInt = 10
-    #: At least this many NEW findings of one check in one cluster: one circuit-breaker alert.
-    BREAKER_THRESHOLD: PositiveInt = 5
+    #: The findings table (the alert groups live there) and the alert-group queue (delayed flush messages).
+    FINDINGS_TABLE: str = Field(min_length=1)
+    ALERT_GROUP_QUEUE_URL: str = Field(min_length=1)
+
+
+class AlertsEnv(_Env, Runbook, _Channels, AlertGroupTiming):
+    """The alert-group function: flushes a cluster's pending incident transitions, and the daily summary."""
+
+    FINDINGS_TABLE: str = Field(min_length=1)
+    OUTBOX_QUEUE_URL: str = Field(min_length=1)
+    ALERT_GROUP_QUEUE_URL: str = Field(min_length=1)
+    UNPROCESSED_QUEUE_URL: str | None = None
+    #: The alert policy: the least urgent priority each channel is paged for (P0, P1 or P2); what is below
+    #: waits for the daily summary.
+    SLACK_MIN_PRIORITY: str = "P1"
+    EMAIL_MIN_PRIORITY: str = "P1"
+    CHATBOT_MIN_PRIORITY: str = "P1"
+    #: Channels that get the daily summary (comma-separated of sns, slack, chatbot; empty: none).
+    DAILY_SUMMARY_CHANNELS: str = "sns,slack,chatbot"
+
+    @field_validator("SLACK_MIN_PRIORITY", "EMAIL_MIN_PRIORITY", "CHATBOT_MIN_PRIORITY")
+    @classmethod
+    def _a_priority(cls, value: str) -> str:
+        if value.strip().upper() not in ("P0", "P1", "P2"):
+            raise ValueError(f"must be P0, P1 or P2, got {value!r}")
+        return value.strip().upper()
+
+    @property
+    def policy(self) -> AlertPolicy:
+        minimums = {
+            "slack": self.SLACK_MIN_PRIORITY,
+            "sns": self.EMAIL_MIN_PRIORITY,
+            "chatbot": self.CHATBOT_MIN_PRIORITY,
+        }
+        daily = [c.strip() for c in self.DAILY_SUMMARY_CHANNELS.split(",") if c.strip()]
+        return AlertPolicy.from_settings(minimums, daily=daily)
 
 
 class CourierEnv(_Env, _Channels):
-    """The courier: delivers the outbox's messages to Slack and SNS, one attempt each time."""
+    """The courier: delivers the outbox's messages to Slack, SNS and EventBridge, one attempt each time,
+    each Slack webhook at its pace."""
 
     OUTBOX_QUEUE_URL: str = Field(min_length=1)
     #: Messages that can never be delivered as they are (refused payloads) go here at once.
@@ -119,6 +184,11 @@ class CourierEnv(_Env, _Channels):
     #: Seconds before a failed message is retried: doubling from the base up to the cap.
     RETRY_BASE_S: PositiveInt = 60
     RETRY_CAP_S: PositiveInt = 900
+    #: Slack's pace for an incoming webhook, kept by every courier together: one message per
+    #: ``SLACK_PACE_S`` seconds, ``SLACK_BURST`` at once after a quiet spell (Slack: about one a second,
+    #: short bursts allowed).
+    SLACK_PACE_S: float = Field(default=1.0, gt=0, le=60)
+    SLACK_BURST: PositiveInt = Field(default=3, le=20)
 
 
 def _environ(model: type[BaseModel]) -> dict[str, str]:
@@ -126,14 +196,15 @@ def _environ(model: type[BaseModel]) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in model.model_fields and v != ""}
 
 
-class SweepEnv(_Env, ClusterAllowlist, Sessions):
+class SweepEnv(_Env, ClusterAllowlist, Sessions, IncidentTiming):
     """The per-cluster sweep the Step Functions Map invokes."""
 
     FINDINGS_TABLE: str = Field(min_length=1)
     PROBE_ENABLED: bool = True
     #: StartSession calls per second the sweep may use in all, shared at run time among the clusters it
-    #: covers (the account allows about 3; the stack leaves headroom for people's own sessions).
-    START_SESSION_RATE: float = Field(default=2.7, gt=0)
+    #: covers: the account's rate (about 3) less the share reserved for people's own sessions
+    #: (``startSessionReservePercent``) and the event windows' part (``hyperpod_debugger.lifecycle.budget``).
+    START_SESSION_RATE: float = Field(default=round(budget.usable_rate(budget.ACCOUNT_RATE), 3), gt=0)
     #: Clusters the sweep checks at once (the outer Map's MaxConcurrency): the budget is shared among them.
     SWEEP_CLUSTER_CONCURRENCY: PositiveInt = 3
     #: Optional caps below what the share allows: nodes one sweep probes in one cluster, nodes per batch.
@@ -162,6 +233,11 @@ def notifier_env() -> NotifierEnv:
 
 
 @lru_cache(maxsize=1)
+def alerts_env() -> AlertsEnv:
+    return AlertsEnv.model_validate(_environ(AlertsEnv))
+
+
+@lru_cache(maxsize=1)
 def courier_env() -> CourierEnv:
     return CourierEnv.model_validate(_environ(CourierEnv))
 
@@ -174,4 +250,5 @@ def clear_env_cache() -> None:
     sweep_env.cache_clear()
     monitor_env.cache_clear()
     notifier_env.cache_clear()
+    alerts_env.cache_clear()
     courier_env.cache_clear()

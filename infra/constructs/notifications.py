@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -34,6 +37,9 @@ from constructs import Construct
 
 from hyperpod_debugger.notify import finding_event
 from infra.constants import (
+    ALERT_GROUP_PARTITION,
+    ALERT_GROUP_TIMEOUT_S,
+    ALERT_GROUPS_HANDLER,
     COURIER_HANDLER,
     COURIER_TIMEOUT_S,
     OUTBOX_BATCH_SIZE,
@@ -61,6 +67,21 @@ def event_bus_arn(scope: Construct, bus: str) -> str:
     if bus.startswith("arn:"):
         return bus
     return cdk.Stack.of(scope).format_arn(service="events", resource="event-bus", resource_name=bus)
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    """The alert policy's stack settings (``infra/stack.py`` reads them from context)."""
+
+    slack_min_priority: str = "P1"
+    email_min_priority: str = "P1"
+    chat_min_priority: str = "P1"
+    group_wait_s: int = 10
+    group_interval_s: int = 300
+    daily_hour_utc: int = 9
+    daily_channels: tuple[str, ...] = ("sns", "slack", "chatbot")
+    #: create the Amazon Q Developer (chat applications) topic
+    chat_topic: bool = False
 
 
 def encrypted_dlq(scope: Construct, construct_id: str, *, fifo: bool = False) -> sqs.Queue:
@@ -113,17 +134,35 @@ class Notifications(Construct):
         idempotency_table: dynamodb.ITableV2,
         layer: lambda_.ILayerVersion,
         alert_emails: Sequence[str],
-        slack_secret_name: str,
+        slack_secret_name: str | None,
         runbook_base_url: str = "",
         event_bus: str | None = None,
+        policy: AlertSettings | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.policy = policy or AlertSettings()
         self.event_bus = event_bus
         self.event_bus_arn = event_bus_arn(self, event_bus) if event_bus else None
         self.key = self._build_key()
         self.topic = self._build_topic(alert_emails)
-        self.slack_secret = secretsmanager.Secret.from_secret_name_v2(self, "SlackWebhook", slack_secret_name)
+        # Slack is a channel only when its webhook secret is named: no secret, no Slack messages, no retries
+        self.slack_secret = (
+            secretsmanager.Secret.from_secret_name_v2(self, "SlackWebhook", slack_secret_name)
+            if slack_secret_name
+            else None
+        )
+        self.chat_topic = self._build_chat_topic() if self.policy.chat_topic else None
         self.dlq = encrypted_dlq(self, "NotifierDlq")
+        self.alert_group_dlq = encrypted_dlq(self, "AlertGroupDlq")
+        self.alert_group_queue = sqs.Queue(
+            self,
+            "AlertGroupQueue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            visibility_timeout=cdk.Duration.seconds(6 * ALERT_GROUP_TIMEOUT_S),
+            retention_period=cdk.Duration.days(1),
+            dead_letter_queue=sqs.DeadLetterQueue(max_receive_count=10, queue=self.alert_group_dlq),
+        )
         self.outbox_dlq = encrypted_dlq(self, "OutboxDlq", fifo=True)
         self.outbox = sqs.Queue(
             self,
@@ -136,10 +175,19 @@ class Notifications(Construct):
             dead_letter_queue=sqs.DeadLetterQueue(max_receive_count=OUTBOX_MAX_RECEIVES, queue=self.outbox_dlq),
         )
         self.notifier = self._build_notifier(table, idempotency_table, layer, runbook_base_url)
+        self.alert_groups = self._build_alert_groups(table, idempotency_table, layer, runbook_base_url)
         self.courier = self._build_courier(idempotency_table, layer)
         self.dlq_alarm = self._build_dlq_alarm()
         self.alarms = {
             "notifier_dlq": self.dlq_alarm,
+            "alert_group_dlq": alarm(
+                self,
+                "AlertGroupDlqDepth",
+                self.alert_group_dlq.metric_approximate_number_of_messages_visible(period=cdk.Duration.minutes(5)),
+                "A cluster's alert group could not be flushed ten times: its incidents wait untold (the message "
+                "in the alert-group DLQ names the cluster)",
+                self.topic,
+            ),
             "outbox_dlq": alarm(
                 self,
                 "OutboxDlqDepth",
@@ -208,16 +256,29 @@ class Notifications(Construct):
             memory_size=256,
             environment={
                 "IDEMPOTENCY_TABLE": idempotency_table.table_name,
-                # which channels exist (the courier alone reads the secret and publishes)
-                "ALERT_TOPIC_ARN": self.topic.topic_arn,
-                "SLACK_SECRET_NAME": self.slack_secret.secret_name,
                 "RUNBOOK_BASE_URL": runbook_base_url,
                 "OUTBOX_QUEUE_URL": self.outbox.queue_url,
                 "UNPROCESSED_QUEUE_URL": self.dlq.queue_url,
+                "FINDINGS_TABLE": table.table_name,
+                "ALERT_GROUP_QUEUE_URL": self.alert_group_queue.queue_url,
+                **self._group_timing(),
                 **self._event_bus_environment(),
             },
             statements=[
                 iam.PolicyStatement(sid="QueueAlerts", actions=["sqs:SendMessage"], resources=[self.outbox.queue_arn]),
+                iam.PolicyStatement(
+                    # arming a cluster's alert group: its item in the findings table (the alert groups' partition
+                    # only), its delayed flush message
+                    sid="ArmAlertGroups",
+                    actions=["dynamodb:GetItem", "dynamodb:UpdateItem"],
+                    resources=[table.table_arn],
+                    conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [ALERT_GROUP_PARTITION]}},
+                ),
+                iam.PolicyStatement(
+                    sid="ScheduleAlertGroupFlush",
+                    actions=["sqs:SendMessage"],
+                    resources=[self.alert_group_queue.queue_arn],
+                ),
                 iam.PolicyStatement(
                     # stream records that cannot be read are kept, with the reason, in the stream's DLQ
                     sid="KeepUnreadableRecords",
@@ -242,14 +303,37 @@ class Notifications(Construct):
                 report_batch_item_failures=True,
                 max_record_age=cdk.Duration.days(1),
                 on_failure=event_sources.SqsDlq(self.dlq),
-                # Only finding items can carry a transition; history, sweep and probe-rotation records
-                # (and TTL deletions, which have no new image) never wake the notifier.
-                filters=[lambda_.FilterCriteria.filter({"dynamodb": {"NewImage": {"item_type": {"S": ["FINDING"]}}}})],
+                # Only finding items (their events) and incident items (their alert groups) carry a transition;
+                # history, sweep, probe-rotation, window and alert-group records (and TTL deletions, which
+                # have no new image) never wake the notifier.
+                filters=[
+                    lambda_.FilterCriteria.filter(
+                        {"dynamodb": {"NewImage": {"item_type": {"S": ["FINDING", "INCIDENT"]}}}}
+                    )
+                ],
             )
         )
         return notifier
 
     def _build_courier(self, idempotency_table: dynamodb.ITableV2, layer: lambda_.ILayerVersion) -> PythonFunction:
+        slack: list[iam.PolicyStatement] = []
+        if self.slack_secret is not None:
+            slack = [
+                iam.PolicyStatement(
+                    sid="SlackWebhookSecret",
+                    actions=["secretsmanager:GetSecretValue"],
+                    # from_secret_name_v2 has no random suffix; match the six characters Secrets Manager adds.
+                    resources=[f"{self.slack_secret.secret_arn}-??????"],
+                ),
+                iam.PolicyStatement(
+                    # every courier's Slack pace: one conditional UpdateItem per slot on the webhook's lane
+                    # item (a lost condition hands the item back, so no read is needed), lane items only
+                    sid="SlackPace",
+                    actions=["dynamodb:UpdateItem"],
+                    resources=[idempotency_table.table_arn],
+                    conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["pace#*"]}},
+                ),
+            ]
         courier = PythonFunction(
             self,
             "Courier",
@@ -260,25 +344,22 @@ class Notifications(Construct):
             memory_size=256,
             environment={
                 "IDEMPOTENCY_TABLE": idempotency_table.table_name,
-                "ALERT_TOPIC_ARN": self.topic.topic_arn,
-                "SLACK_SECRET_NAME": self.slack_secret.secret_name,
+                **self._channel_environment(),
                 "OUTBOX_QUEUE_URL": self.outbox.queue_url,
                 "OUTBOX_DLQ_URL": self.outbox_dlq.queue_url,
                 "SLACK_TIMEOUT_S": "5",
                 **self._event_bus_environment(),
             },
             statements=[
-                iam.PolicyStatement(sid="PublishAlerts", actions=["sns:Publish"], resources=[self.topic.topic_arn]),
+                iam.PolicyStatement(
+                    sid="PublishAlerts",
+                    actions=["sns:Publish"],
+                    resources=[self.topic.topic_arn, *([self.chat_topic.topic_arn] if self.chat_topic else [])],
+                ),
                 iam.PolicyStatement(
                     sid="AlertTopicKey",
                     actions=["kms:Decrypt", "kms:GenerateDataKey"],
                     resources=[self.key.key_arn],
-                ),
-                iam.PolicyStatement(
-                    sid="SlackWebhookSecret",
-                    actions=["secretsmanager:GetSecretValue"],
-                    # from_secret_name_v2 has no random suffix; match the six characters Secrets Manager adds.
-                    resources=[f"{self.slack_secret.secret_arn}-??????"],
                 ),
                 iam.PolicyStatement(
                     # the delivery ledger: which messages were already sent
@@ -286,6 +367,7 @@ class Notifications(Construct):
                     actions=["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"],
                     resources=[idempotency_table.table_arn],
                 ),
+                *slack,
                 iam.PolicyStatement(
                     # a failed message waits for its backoff in the queue
                     sid="OutboxBackoff",
@@ -305,6 +387,107 @@ class Notifications(Construct):
             event_sources.SqsEventSource(self.outbox, batch_size=OUTBOX_BATCH_SIZE, report_batch_item_failures=True)
         )
         return courier
+
+    def _build_chat_topic(self) -> sns.Topic:
+        """The topic an Amazon Q Developer in chat applications channel configuration subscribes to: it carries
+        the incidents in Amazon Q Developer's custom-notification format (Slack, Microsoft Teams, Chime)."""
+        return sns.Topic(
+            self,
+            "ChatTopic",
+            display_name="HyperPod node debugger incidents for Amazon Q Developer in chat applications",
+            master_key=self.key,
+            enforce_ssl=True,
+        )
+
+    def _channel_environment(self) -> dict[str, str]:
+        """The channels people are told on: email always, Slack and chat only when configured."""
+        env = {"ALERT_TOPIC_ARN": self.topic.topic_arn}
+        if self.slack_secret is not None:
+            env["SLACK_SECRET_NAME"] = self.slack_secret.secret_name
+        if self.chat_topic is not None:
+            env["CHATBOT_TOPIC_ARN"] = self.chat_topic.topic_arn
+        return env
+
+    def _group_timing(self) -> dict[str, str]:
+        return {
+            "ALERT_GROUP_WAIT_S": str(self.policy.group_wait_s),
+            "ALERT_GROUP_INTERVAL_S": str(self.policy.group_interval_s),
+        }
+
+    def _build_alert_groups(
+        self,
+        table: dynamodb.ITableV2,
+        idempotency_table: dynamodb.ITableV2,
+        layer: lambda_.ILayerVersion,
+        runbook_base_url: str,
+    ) -> PythonFunction:
+        """The alert-group function: a cluster's pending incident transitions into at most one message per
+        channel, when its group is due; and the daily summary."""
+        p = self.policy
+        function = PythonFunction(
+            self,
+            "AlertGroups",
+            handler=ALERT_GROUPS_HANDLER,
+            layer=layer,
+            read_only=False,  # renders and queues only; it never calls HyperPod, EC2 or SSM
+            timeout=cdk.Duration.seconds(ALERT_GROUP_TIMEOUT_S),
+            memory_size=256,
+            environment={
+                "FINDINGS_TABLE": table.table_name,
+                "IDEMPOTENCY_TABLE": idempotency_table.table_name,
+                "OUTBOX_QUEUE_URL": self.outbox.queue_url,
+                "ALERT_GROUP_QUEUE_URL": self.alert_group_queue.queue_url,
+                "UNPROCESSED_QUEUE_URL": self.dlq.queue_url,
+                "RUNBOOK_BASE_URL": runbook_base_url,
+                "SLACK_MIN_PRIORITY": p.slack_min_priority,
+                "EMAIL_MIN_PRIORITY": p.email_min_priority,
+                "CHATBOT_MIN_PRIORITY": p.chat_min_priority,
+                "DAILY_SUMMARY_CHANNELS": ",".join(p.daily_channels),
+                **self._group_timing(),
+                **self._channel_environment(),
+            },
+            statements=[
+                iam.PolicyStatement(
+                    # the incidents' pending transitions (read, then cleared) and the alert-group items: the
+                    # clusters' partitions and the alert groups' partition only
+                    sid="IncidentsAndAlertGroups",
+                    actions=["dynamodb:Query", "dynamodb:GetItem", "dynamodb:UpdateItem"],
+                    resources=[table.table_arn],
+                    conditions={
+                        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [ALERT_GROUP_PARTITION, "CLUSTER#*"]}
+                    },
+                ),
+                iam.PolicyStatement(sid="QueueAlerts", actions=["sqs:SendMessage"], resources=[self.outbox.queue_arn]),
+                iam.PolicyStatement(
+                    # a transition that arrived during a flush arms the group again
+                    sid="ScheduleAlertGroupFlush",
+                    actions=["sqs:SendMessage"],
+                    resources=[self.alert_group_queue.queue_arn],
+                ),
+                iam.PolicyStatement(
+                    # an alert that cannot be rendered is kept, with its content, for inspection
+                    sid="KeepUnrenderableAlerts",
+                    actions=["sqs:SendMessage"],
+                    resources=[self.dlq.queue_arn],
+                ),
+                iam.PolicyStatement(
+                    sid="DeliveryLedger",
+                    actions=["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"],
+                    resources=[idempotency_table.table_arn],
+                ),
+            ],
+        )
+        function.function.add_event_source(
+            event_sources.SqsEventSource(self.alert_group_queue, batch_size=1, report_batch_item_failures=True)
+        )
+        self.daily_rule = events.Rule(
+            self,
+            "DailySummary",
+            description="Once a day: what is open on each cluster, lower priorities included",
+            schedule=events.Schedule.cron(minute="0", hour=str(p.daily_hour_utc)),
+            targets=[targets.LambdaFunction(function.function, retry_attempts=2)],
+        )
+        return function
 
     def _event_bus_environment(self) -> dict[str, str]:
         """Where finding events go; without it the notifier queues none and the courier has no events channel."""

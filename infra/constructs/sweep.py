@@ -7,13 +7,16 @@ checks, then probes that cluster's nodes in batches.
                       └─ CheckCluster (Lambda: API checks, its share of the budget, the plan in the table)
                            └─ EachBatch (Map) ─ WaitForRound ─ ProbeNodes (Lambda: one stored batch)
 
-The StartSession budget (context ``startSessionRate``, about 3 calls a second per account, less a headroom
-for people's own sessions) is shared at run time (``hyperpod_debugger.lifecycle.budget.share``): each cluster
-step takes ``budget ÷ the clusters running at once`` of this page, splits it into workers of about one call a
-second, and plans one batch per worker per round; the rounds run from the end of its checks to shortly before
-the next sweep, each short enough for its Lambda to drain its sessions. The state carries batch numbers and
-round starts only; the rotation (``hyperpod_debugger.lifecycle.rotation``) probes every Running node at least
-once per ``probePeriodHours`` across successive sweeps, suspects first.
+The sweep's StartSession budget is the account's rate (context ``startSessionRate``, about 3 calls a second)
+less the share reserved for people's own sessions (``startSessionReservePercent``, 34 %) and less the event
+windows' probes (0.5 a second): 1.48 a second by default (``hyperpod_debugger.lifecycle.budget``). It is shared
+at run time (``budget.share``): each cluster step takes ``budget ÷ the clusters running at once`` of this page,
+splits it into workers of about one call a second, and plans one batch per worker per round; the rounds run
+from the end of its checks to shortly before the next sweep, each short enough for its Lambda to drain its
+sessions. A batch slows down on its own while Session Manager throttles (``probe.runner.SessionPace``); what it
+could not start stays due. The state carries batch numbers and round starts only; the rotation
+(``hyperpod_debugger.lifecycle.rotation``) probes every Running node at least once per ``probePeriodHours``
+across successive sweeps, suspects first.
 """
 
 from __future__ import annotations
@@ -111,7 +114,8 @@ class Sweep(Construct):
         self.interval = interval
         environment = {
             **triage_environment(table, idempotency_table, cluster_allowlist),
-            # the whole budget the sweep may use; each cluster step takes its share at run time
+            # the sweep's part of the account's rate (less people's reserve and the event windows' probes);
+            # each cluster step takes its share at run time
             "START_SESSION_RATE": f"{settings.usable_rate:.3f}",
             "SWEEP_CLUSTER_CONCURRENCY": str(settings.cluster_concurrency),
             "PROBE_TIMEOUT_S": str(PROBE_TIMEOUT_S),

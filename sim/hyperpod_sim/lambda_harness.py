@@ -43,11 +43,12 @@ import logging
 import os
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import create_table
@@ -61,6 +62,9 @@ MAILBOX_QUEUE = "hyperpod-debugger-alerts-mailbox"
 UNPROCESSED_QUEUE = "hyperpod-debugger-unprocessed-events"
 OUTBOX_QUEUE = "hyperpod-debugger-outbox.fifo"
 WINDOW_QUEUE = "hyperpod-debugger-event-windows"
+ALERT_GROUP_QUEUE = "hyperpod-debugger-alert-groups"
+#: The stream's batch size as the stack deploys the notifier's event source (infra/constants.py).
+STREAM_BATCH_SIZE = 10
 OUTBOX_DLQ = "hyperpod-debugger-outbox-dlq.fifo"
 #: The stack's outbox settings (infra/constructs/notifications.py): visibility 6 minutes (6 × the
 #: courier's timeout), 200 receives before the dead-letter queue, four days of retention.
@@ -190,6 +194,7 @@ class MonitorResources:
     outbox_url: str = ""
     outbox_dlq_url: str = ""
     window_queue_url: str = ""
+    alert_group_queue_url: str = ""
 
     def environment(self, **overrides: str | None) -> dict[str, str | None]:
         """The variables the event handler, the sweep and the notifier read, pointing at these resources."""
@@ -202,6 +207,7 @@ class MonitorResources:
             "UNPROCESSED_QUEUE_URL": self.unprocessed_queue_url or None,
             "OUTBOX_QUEUE_URL": self.outbox_url or None,
             "OUTBOX_DLQ_URL": self.outbox_dlq_url or None,
+            "ALERT_GROUP_QUEUE_URL": self.alert_group_queue_url or None,
             "SESSION_DOCUMENTS": json.dumps(self.session_documents) if self.session_documents else None,
             # the stack's default (context findingsEventBus): finding events go on the account's default bus
             "EVENT_BUS_NAME": "default",
@@ -264,6 +270,7 @@ def provision_monitor(
     unprocessed_url = sqs.create_queue(QueueName=unprocessed_queue)["QueueUrl"]
     outbox_url, outbox_dlq_url = create_outbox(clients)
     window_queue_url = sqs.create_queue(QueueName=WINDOW_QUEUE, Attributes={"VisibilityTimeout": "1800"})["QueueUrl"]
+    alert_group_url = sqs.create_queue(QueueName=ALERT_GROUP_QUEUE, Attributes={"VisibilityTimeout": "360"})["QueueUrl"]
     return MonitorResources(
         region=clients.region,
         findings_table=findings_table,
@@ -276,6 +283,7 @@ def provision_monitor(
         outbox_url=outbox_url,
         outbox_dlq_url=outbox_dlq_url,
         window_queue_url=window_queue_url,
+        alert_group_queue_url=alert_group_url,
     )
 
 
@@ -308,21 +316,31 @@ class SqsClock:
     and ages messages as hours passing would.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, frozen: bool = False) -> None:
         import moto.sqs.models as sqs_models
 
         self._models = sqs_models
         self._real = (sqs_models.unix_time, sqs_models.unix_time_millis)
         self.offset = 0.0
+        #: with ``frozen``, SQS's time moves only by :meth:`advance` (a fully simulated clock)
+        self._base: float | None = sqs_models.unix_time() if frozen else None
+
+    def now(self) -> float:
+        """SQS's time now (epoch seconds)."""
+        return self._models.unix_time()
 
     def __enter__(self) -> SqsClock:
         real_time, real_millis = self._real
 
         def shifted(dt: Any = None) -> float:
-            return real_time(dt) + (0.0 if dt is not None else self.offset)
+            if dt is not None:
+                return real_time(dt)
+            return (self._base if self._base is not None else real_time()) + self.offset
 
         def shifted_millis(dt: Any = None) -> float:
-            return real_millis(dt) + (0.0 if dt is not None else self.offset * 1000.0)
+            if dt is not None:
+                return real_millis(dt)
+            return shifted() * 1000.0
 
         self._models.unix_time, self._models.unix_time_millis = shifted, shifted_millis
         return self
@@ -421,26 +439,79 @@ class StreamReader:
     """New records of a table's stream, as the DynamoDB event source hands them to a Lambda function.
 
     Works while moto runs in this process (``mock_aws`` or the demo's in-process server).
+
+    moto keeps every record of the shard (each with the item's new and old images) for as long as the table
+    lives, and copies the whole table, shard included, on every ``TransactWriteItems``. With ``trim`` a read
+    also drops the records that every live reader of the shard has read (:meth:`trim_read`): a long simulation
+    then holds only what is still to be handed over. Off by default: a reader created later starts from what
+    is left, so trimming is for a simulation whose readers all exist from the start.
     """
 
-    def __init__(self, clients: AwsClients, table_name: str, *, from_latest: bool = False) -> None:
+    #: every live reader (trimming keeps what any reader of the same shard has not read yet)
+    _readers: ClassVar[weakref.WeakSet[StreamReader]] = weakref.WeakSet()
+
+    def __init__(self, clients: AwsClients, table_name: str, *, from_latest: bool = False, trim: bool = False) -> None:
         described = clients.client("dynamodb").describe_table(TableName=table_name)["Table"]
         arn = described["TableArn"]
         self.table_name = table_name
         self.region = arn.split(":")[3]
         self.account = arn.split(":")[4]
         self.stream_arn: str | None = described.get("LatestStreamArn")
+        self.trim = trim
         self._last = -1
         if from_latest:
             records = self._shard_records()
             self._last = int(records[-1]["dynamodb"]["SequenceNumber"]) if records else -1
+        StreamReader._readers.add(self)
 
-    def _shard_records(self) -> list[dict[str, Any]]:
+    def _shard(self) -> Any:
+        """moto's shard of the table's stream (None: no stream)."""
         from moto.dynamodb.models import dynamodb_backends
 
         table = dynamodb_backends[self.account][self.region].tables[self.table_name]
-        shard = table.stream_shard
-        return [item.to_json() for item in shard.items] if shard is not None else []
+        return table.stream_shard
+
+    def _shard_records(self) -> list[dict[str, Any]]:
+        """The shard's records not read yet (the shard only grows, so the items before the last one read are
+        skipped without being converted: a long simulation reads thousands of times)."""
+        shard = self._shard()
+        if shard is None:
+            return []
+        items = shard.items
+        start = len(items)
+        while start > 0 and int(items[start - 1].to_json()["dynamodb"]["SequenceNumber"]) > self._last:
+            start -= 1
+        return [item.to_json() for item in items[start:]]
+
+    def trim_read(self) -> int:
+        """Drop the shard's records that every live reader of it has read; how many were dropped.
+
+        moto numbers a new record by its place in the shard (``starting_sequence_number`` + index), so the
+        shard's starting number moves up by as many as are dropped: later records keep the numbers they would
+        have had, and a record's sequence number never repeats."""
+        shard = self._shard()
+        if shard is None or not shard.items:
+            return 0
+        same = [
+            r
+            for r in list(StreamReader._readers)
+            if (r.account, r.region, r.table_name) == (self.account, self.region, self.table_name)
+        ]
+        read_by_all = min(r._last for r in same)
+        drop = max(0, min(read_by_all - int(shard.starting_sequence_number) + 1, len(shard.items)))
+        if drop:
+            del shard.items[:drop]
+            shard.starting_sequence_number += drop
+        return drop
+
+    def batches(self, size: int = STREAM_BATCH_SIZE, *, shuffle: Any = None) -> list[dict[str, Any]]:
+        """The records written since the last read as the event source hands them over: ``size`` per
+        invocation (the stack's batch size), optionally in an order shuffled by ``shuffle`` (a
+        ``random.Random``), to show that what people receive does not depend on either."""
+        records = self.read()["Records"]
+        if shuffle is not None:
+            shuffle.shuffle(records)
+        return [{"Records": records[i : i + size]} for i in range(0, len(records), size)]
 
     def read(self) -> dict[str, Any]:
         """``{"Records": [...]}`` with every record written since the last read (oldest first)."""
@@ -453,7 +524,10 @@ class StreamReader:
             record["awsRegion"] = self.region
             record["eventSourceARN"] = self.stream_arn
             records.append(record)
-        return json.loads(json.dumps({"Records": records}, default=_json_default))
+        event = json.loads(json.dumps({"Records": records}, default=_json_default))
+        if self.trim:
+            self.trim_read()
+        return event
 
 
 # --------------------------------------------------------------------------- email
@@ -487,9 +561,19 @@ def read_emails(clients: AwsClients, queue_url: str) -> list[Email]:
 
 @dataclass
 class CapturedOutput:
-    """Powertools' structured log lines and EMF metric blobs written during invocations."""
+    """Powertools' structured log lines and EMF metric blobs written during invocations.
+
+    ``keep``: only the latest ``keep`` lines are kept (None: every line). A simulation of thousands of
+    invocations that reads none of them sets it, so they do not pile up."""
 
     lines: list[str] = field(default_factory=list)
+    keep: int | None = None
+
+    def add(self, text: str) -> None:
+        """The non-blank lines of ``text``, then only the latest :attr:`keep` of all."""
+        self.lines.extend(line for line in text.splitlines() if line.strip())
+        if self.keep is not None and len(self.lines) > self.keep:
+            del self.lines[: len(self.lines) - self.keep]
 
     def _json(self) -> list[dict[str, Any]]:
         out = []
@@ -529,7 +613,7 @@ def captured_powertools(into: CapturedOutput) -> Iterator[None]:
     finally:
         for handler, stream in swapped:
             handler.setStream(stream)
-        into.lines.extend(line for line in buffer.getvalue().splitlines() if line.strip())
+        into.add(buffer.getvalue())
 
 
 # --------------------------------------------------------------------------- together
@@ -547,6 +631,7 @@ class MonitorHarness:
     invocations: int = 0
     _outbox: SqsEventSource | None = None
     _windows: SqsEventSource | None = None
+    _alert_groups: SqsEventSource | None = None
 
     def invoke(
         self,
@@ -603,6 +688,36 @@ class MonitorHarness:
             self.windows.settle(event, response)
             responses.append(response)
         return responses
+
+    @property
+    def alert_groups(self) -> SqsEventSource:
+        """The alert-group queue, one message per invocation (the stack's batch size)."""
+        if self._alert_groups is None:
+            self._alert_groups = SqsEventSource(self.clients, self.resources.alert_group_queue_url, batch_size=1)
+        return self._alert_groups
+
+    def run_alert_groups(self, handler: Callable[[Any, Any], Any], *, rounds: int = 50) -> list[Any]:
+        """Run the alert-group function on every flush message visible now (move an :class:`SqsClock` past the
+        groups' delay first), as its event source would; returns the responses."""
+        responses = []
+        for _ in range(rounds):
+            event = self.alert_groups.poll()
+            if event is None:
+                break
+            response = self.invoke(handler, event, function_name="hyperpod-alert-groups")
+            self.alert_groups.settle(event, response)
+            responses.append(response)
+        return responses
+
+    def notify_stream(
+        self, notifier: Callable[[Any, Any], Any], *, size: int = STREAM_BATCH_SIZE, shuffle: Any = None
+    ) -> list[Any]:
+        """Hand the findings table's new stream records to the notifier as the stack's event source does
+        (``size`` per invocation, in stream order unless ``shuffle``); returns the responses."""
+        return [
+            self.invoke(notifier, event, function_name="hyperpod-stream-notifier")
+            for event in self.stream.batches(size, shuffle=shuffle)
+        ]
 
     def stream_event(self) -> dict[str, Any]:
         """The findings table's stream records written since the last call, as a Lambda event."""

@@ -1,10 +1,12 @@
 """The monitor's path in the demo, through the real Lambda handlers of ``functions/monitor``.
 
 A HyperPod node-health event goes to ``event_handler`` (a triage scoped to its node, written to the
-findings table on moto); the table's stream records go to ``stream_notifier``, which renders each
-transition and queues it in the outbox (SQS FIFO); ``courier`` reads the Slack webhook URL from Secrets
-Manager, posts to a local HTTP sink, publishes the email to SNS (read back through a subscribed SQS
-queue) and puts each finding event on the default EventBridge bus (a local rule routes them to a queue).
+findings table on moto, with the incidents it opens); the table's stream records go to ``stream_notifier``
+ten per invocation, as the stack's event source mapping hands them over: it queues each finding's event in the
+outbox (SQS FIFO) and arms the cluster's alert group, which ``alert_groups`` flushes a few seconds later into one
+message per channel; ``courier`` reads the Slack webhook URL from Secrets Manager, posts to a local HTTP sink,
+publishes the email to SNS (read back through a subscribed SQS queue) and puts each finding event on the default
+EventBridge bus (a local rule routes them to a queue).
 The demo prints what Slack, the email and one finding event show, replays the same event to show the idempotency,
 publishes two Cluster Events on the simulated EventBridge where the stack's own rule patterns decide
 which reaches the handler, lets the operator fix one problem, and replays the scheduled sweep
@@ -13,7 +15,8 @@ Map does) to show the RESOLVED message and the fleet-health metrics the sweep em
 
 The handlers live in the repository (``functions/``), not in the installed package: without a
 checkout (or without the ``lambda`` extra) this part is skipped with one line, and the rest of the
-demo runs as before. The handlers take the current time, so this part runs on the real clock.
+demo runs as before. The handlers take the current time; where the demo waits for an alert group, it moves the
+handlers' clock and the queues' clock forward together instead of sleeping.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
 
@@ -33,7 +36,7 @@ from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.domain import eventbridge
 from hyperpod_debugger.notify import finding_event
 from hyperpod_debugger.probe.runner import ProbeOptions
-from hyperpod_sim.lambda_harness import Email, MonitorHarness, map_items, monitor_harness
+from hyperpod_sim.lambda_harness import Email, MonitorHarness, SqsClock, map_items, monitor_harness
 from hyperpod_sim.scenarios import REGION, Demo
 
 #: The demo probes at the fake service's pace, not at the 3/s a real account allows.
@@ -41,13 +44,17 @@ DEMO_PROBE = ProbeOptions(rate=20.0, timeout=30.0)
 #: The check the operator fixes between the event and the sweep (enableDnsHostnames, § B.2).
 FIXED_CHECK = "vpc.dns"
 EVENT_ID = "5d1c9e0a-3b7f-4c62-8e15-a9d04f7b2c38"
+#: How the demo lets time pass while an alert group waits (seconds per step), and the groups' interval (the
+#: stack's default ``alertGroupIntervalSeconds``): a cluster's next message is due that long after its last.
+STEP_S = 5.0
+GROUP_INTERVAL_S = 300.0
 #: The functions' settings for the demo: probes at the fake Session Manager's pace.
 DEMO_ENV: dict[str, str | None] = {
     "PROBE_ENABLED": "true",
     "PROBE_TIMEOUT_S": f"{DEMO_PROBE.timeout:g}",
     "START_SESSION_RATE": f"{DEMO_PROBE.rate:g}",
     "SLACK_TIMEOUT_S": "5",
-    # Everything else (the digest threshold, the breaker threshold, the channels) is the stack's default,
+    # Everything else (the alert groups' timing, the alert policy, the channels) is the stack's default,
     # so the messages shown are the ones a deployment sends.
 }
 SKIPPED = (
@@ -81,8 +88,13 @@ def node_health_event(demo: Demo, instance_id: str, now: datetime) -> dict[str, 
     }
 
 
+def _shown(mrkdwn: str) -> str:
+    """Slack's three escapes turned back into the characters it displays."""
+    return mrkdwn.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
 def slack_preview(message: dict[str, Any]) -> list[str]:
-    """What Slack shows for a Block Kit message, as indented text."""
+    """What Slack shows for a Block Kit message, as indented text (its escapes displayed as characters)."""
     lines: list[str] = []
     for block in message.get("blocks", []):
         kind = block.get("type")
@@ -91,9 +103,9 @@ def slack_preview(message: dict[str, Any]) -> list[str]:
         elif kind == "section":
             texts = [block["text"]["text"]] if "text" in block else [f["text"] for f in block.get("fields", [])]
             for text in texts:
-                lines.extend(text.splitlines())
+                lines.extend(_shown(text).splitlines())
         elif kind == "context":
-            lines.append("  ".join(e.get("text", "") for e in block.get("elements", [])))
+            lines.append(_shown("  ".join(e.get("text", "") for e in block.get("elements", []))))
         elif kind == "divider":
             lines.append("─" * 40)
     return [f"  │ {line}" for line in lines]
@@ -124,32 +136,6 @@ def _response(response: Any) -> str:
     return ", ".join(parts) or json.dumps(response)
 
 
-def _header(payload: dict[str, Any]) -> str:
-    for block in payload.get("blocks", []):
-        if block.get("type") == "header":
-            return str(block["text"]["text"])
-    return str(payload.get("text", ""))
-
-
-def _urgency(payload: dict[str, Any]) -> tuple[int, int]:
-    """(priority, grade) of a Slack message from its own text: P0 FAIL first, UNKNOWN after FAIL/WARN."""
-    text = "\n".join(line.removeprefix("  │ ") for line in slack_preview(payload))
-    found = re.search(r"^P(\d) (FAIL|WARN|UNKNOWN)\b", text, re.M)  # the "Priority" field
-    if not found:
-        return (9, 9)
-    return (int(found.group(1)), ("FAIL", "WARN", "UNKNOWN").index(found.group(2)))
-
-
-def _email_for(payload: dict[str, Any], emails: list[Email], index: int) -> Email | None:
-    """The email sent with a Slack message: the one whose body names the same finding. The notifier
-    sends each message's email just before its Slack post, so the position breaks a tie."""
-    finding = _header(payload).split(": ", 1)[-1][:60]
-    matching = [e for e in emails if finding and finding in e.message]
-    if index < len(emails) and emails[index] in matching:
-        return emails[index]
-    return matching[0] if matching else None
-
-
 def _show_slack(out: list[str], payload: dict[str, Any]) -> None:
     out.append("Slack (Block Kit, as the sink received it and Slack displays it):")
     out.extend(slack_preview(payload))
@@ -162,17 +148,57 @@ def _show_email(out: list[str], email: Email) -> None:
     out.append("")
 
 
-def _notify(monitor: MonitorHarness, handlers: ModuleType) -> tuple[int, Any, list[dict[str, Any]], list[Email]]:
-    """The stream's new records to the notifier, which queues them in the outbox, then the outbox to
-    the courier, as their event sources would: (records, response, Slack payloads, emails)."""
+@dataclass
+class DemoClock:
+    """The handlers' clock and moto's SQS clock moved forward together (the demo never sleeps)."""
+
+    sqs: SqsClock
+    offset: float = 0.0
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + timedelta(seconds=self.offset)
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+        self.sqs.advance(seconds)
+
+
+@dataclass
+class Notified:
+    records: int
+    #: of those, the findings written (the rest: incidents, and the alert groups' own bookkeeping)
+    findings: int
+    responses: list[Any]
+    payloads: list[dict[str, Any]]
+    emails: list[Email]
+    waited_s: float
+
+
+def _notify(monitor: MonitorHarness, handlers: ModuleType, clock: DemoClock) -> Notified:
+    """The stream's new records to the notifier as its event source hands them over (ten per invocation),
+    then time passes until the alert group it armed is flushed and the courier has delivered what that
+    queued: what arrived, and how long (simulated) that took."""
     before = len(monitor.sink.received)
-    event = monitor.stream_event()
-    records = len(event["Records"])
-    response = monitor.invoke(handlers.stream_notifier, event) if records else None
-    courier = getattr(handlers, "courier", None)
-    if courier is not None:
-        monitor.deliver_outbox(courier)
-    return records, response, monitor.sink.received[before:], monitor.emails()
+    batches = monitor.stream.batches()
+    responses = [monitor.invoke(handlers.stream_notifier, b, function_name="hyperpod-stream-notifier") for b in batches]
+    records = sum(len(b["Records"]) for b in batches)
+    findings = sum(
+        1
+        for b in batches
+        for r in b["Records"]
+        if str(r.get("dynamodb", {}).get("Keys", {}).get("sk", {}).get("S", "")).startswith("FINDING#")
+    )
+    emails: list[Email] = []
+    waited = 0.0
+    monitor.deliver_outbox(handlers.courier)  # the finding events go at once
+    emails += monitor.emails()
+    while monitor.alert_groups.depth() and waited < 2 * GROUP_INTERVAL_S:
+        clock.advance(STEP_S)
+        waited += STEP_S
+        monitor.run_alert_groups(handlers.alert_groups)
+        monitor.deliver_outbox(handlers.courier)
+        emails += monitor.emails()
+    return Notified(records, findings, responses, monitor.sink.received[before:], emails, waited)
 
 
 def _event_urgency(event: dict[str, Any]) -> tuple[str, str]:
@@ -419,16 +445,23 @@ def monitor_walkthrough(
         if write is not None:
             write(SKIPPED)
         return SKIPPED
-    with monitor_harness(clients, env=DEMO_ENV) as monitor:
-        return _walkthrough(monitor, handlers, demo, now, _Lines(write))
+    from functions.monitor import runtime
+
+    with monitor_harness(clients, env=DEMO_ENV) as monitor, SqsClock() as sqs:
+        clock = DemoClock(sqs)
+        with runtime.use_clock(clock.now):
+            return _walkthrough(monitor, handlers, demo, now, clock, _Lines(write))
 
 
-def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now: datetime, out: _Lines) -> str:
+def _walkthrough(
+    monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now: datetime, clock: DemoClock, out: _Lines
+) -> str:
     resources = monitor.resources
     out.extend(
         [
             "MONITOR: the Lambda handlers on the simulated account: EventBridge → event_handler → findings table "
-            "→ stream → stream_notifier → outbox (SQS FIFO) → courier → Slack, email and EventBridge → resolution",
+            "→ stream → stream_notifier → alert group → alert_groups → outbox (SQS FIFO) → courier → Slack, email "
+            "and EventBridge → resolution",
             f"   (DynamoDB {resources.findings_table!r} with its stream, idempotency table "
             f"{resources.idempotency_table!r}, Slack webhook URL in secret {resources.secret_name!r} → a local HTTP "
             f"sink, SNS topic {resources.topic_arn.rsplit(':', 1)[-1]!r} → a subscribed SQS queue)",
@@ -451,34 +484,33 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
     )
     out.append("")
 
-    # 2. the stream → stream_notifier → Slack sink and SNS → SQS
-    records, answer, payloads, emails = _notify(monitor, handlers)
+    # 2. the stream → stream_notifier → alert group → alert_groups → outbox → courier
+    told = _notify(monitor, handlers, clock)
     out.append(
-        f"2. The table's stream delivers {records} record(s) to stream_notifier → {_response(answer)}; it "
-        "queues each message in the outbox, and the courier delivers them: "
-        f"the Slack sink received {len(payloads)} payload(s); {len(emails)} email(s) arrived in the queue."
+        f"2. The table's stream hands {told.records} record(s) to stream_notifier, ten per invocation as deployed "
+        f"({len(told.responses)} invocation(s), "
+        f"{sum(len(r.get('batchItemFailures', [])) for r in told.responses if isinstance(r, dict))} record(s) "
+        "failed). It queues each finding's event and arms the cluster's alert group; "
+        f"{told.waited_s:g} s later the group is flushed: the Slack sink received {len(told.payloads)} "
+        f"message(s) and {len(told.emails)} email(s) arrived, one per incident group, not one per finding."
     )
     out.append(
-        "   (the stack's defaults: more than 10 NEW findings of one cluster in one batch arrive as one digest, "
-        "led by the node the event named; fewer arrive one message each)"
+        "   (the stack's defaults: an alert group waits 10 s after a quiet cluster's first change, then sends at "
+        "most one message per channel every 5 minutes; P0 and P1 are paged, P2 waits for the daily summary)"
     )
-    if payloads:
-        top = min(range(len(payloads)), key=lambda i: _urgency(payloads[i]))
-        out.append("   The most urgent:" if len(payloads) > 1 else "   As it arrived:")
-        out.append("")
-        _show_slack(out, payloads[top])
-        email = _email_for(payloads[top], emails, top)
-        if email is not None:
-            _show_email(out, email)
-    elif emails:
-        _show_email(out, emails[0])
+    out.append("")
+    for payload in told.payloads:
+        _show_slack(out, payload)
+    for email in told.emails:
+        _show_email(out, email)
     put = finding_events.drain()
     if put:
         transitions = _counts(Counter(e["detail"]["transition"] for e in put))
         out.append(
             f"   The courier also put {len(put)} finding event(s) on the account's default EventBridge bus "
-            f"({transitions}); a rule on source {FINDING_SOURCE!r} routed them to a local queue, where any "
-            "target could be (PagerDuty, a central account's bus: see the README). The most urgent:"
+            f"({transitions}): the stored facts under the incident, one event each; a rule on source "
+            f"{FINDING_SOURCE!r} routed them to a local queue, where any target could be (PagerDuty, a central "
+            "account's bus: see the README). The most urgent:"
         )
         out.append("")
         _show_finding_event(out, min(put, key=_event_urgency))
@@ -486,15 +518,15 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
     # 3. the same event again: idempotent on the EventBridge id
     runs = _triage_runs(monitor)
     again = monitor.invoke(handlers.event_handler, event)
-    records, _, payloads, emails = _notify(monitor, handlers)
+    told = _notify(monitor, handlers, clock)
     ran = _triage_runs(monitor) - runs
     out.append(
         f"3. EventBridge delivers the same event again (id {event['id']}): event_handler → {_response(again)}, "
         "the first run's response from the idempotency table."
     )
     out.append(
-        f"   Triages run: {ran}; new stream records: {records}; new Slack payloads: {len(payloads)}; "
-        f"new emails: {len(emails)}."
+        f"   Triages run: {ran}; findings written: {told.findings}; new Slack messages: {len(told.payloads)}; "
+        f"new emails: {len(told.emails)}."
     )
     out.append("")
 
@@ -520,15 +552,15 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
                 f"   event_handler → {_response(response)} (triages run: {_triage_runs(monitor) - runs}; the "
                 f"event names {details.get('InstanceId')})"
             )
-            records, _, payloads, emails = _notify(monitor, handlers)
+            told = _notify(monitor, handlers, clock)
             out.append(
-                f"   The stream delivers {records} record(s); the courier delivered {len(payloads)} Slack "
-                f"message(s) and {len(emails)} email(s)."
+                f"   The stream hands over {told.records} record(s); {told.waited_s:g} s later (the cluster's alert "
+                f"group waits out its interval after the last message) the courier delivered "
+                f"{len(told.payloads)} Slack message(s) and {len(told.emails)} email(s)."
             )
-            lifecycle = [p for p in payloads if "lifecycle" in json.dumps(p).lower()]
-            if lifecycle:
+            for payload in told.payloads:
                 out.append("")
-                _show_slack(out, lifecycle[0])
+                _show_slack(out, payload)
     if out[-1]:
         out.append("")
 
@@ -560,18 +592,16 @@ def _walkthrough(monitor: MonitorHarness, handlers: ModuleType, demo: Demo, now:
             "HyperPodDebugger; the stack's dashboard draws them and its alarms watch them):"
         )
         out.extend(numbers)
-    records, answer, payloads, emails = _notify(monitor, handlers)
+    told = _notify(monitor, handlers, clock)
     out.append(
-        f"   The stream delivers {records} record(s) to stream_notifier → {_response(answer)}. "
-        f"The Slack sink received {len(payloads)} more payload(s); {len(emails)} more email(s) arrived."
+        f"   The stream hands {told.records} record(s) to stream_notifier; {told.waited_s:g} s later the Slack sink "
+        f"received {len(told.payloads)} more message(s) and {len(told.emails)} more email(s) arrived."
     )
     out.append("")
-    for payload in payloads:
-        if _header(payload).startswith("✅ Resolved"):
-            _show_slack(out, payload)
-    for email in emails:
-        if email.subject.startswith("[HyperPod] Resolved"):
-            _show_email(out, email)
+    for payload in told.payloads:
+        _show_slack(out, payload)
+    for email in told.emails:
+        _show_email(out, email)
     resolved = [e for e in finding_events.drain() if e["detail"]["transition"] == "RESOLVED"]
     if resolved:
         event = resolved[0]

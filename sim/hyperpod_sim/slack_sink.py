@@ -6,6 +6,11 @@ when there is neither ``text`` nor ``blocks``, and ``400 invalid_blocks`` when B
 broken (more than 50 blocks, a header over 150 characters, a section text over 3000, more than 10
 fields or a field over 2000). Fault switches: :meth:`fail_next` and :meth:`down`.
 
+With a :class:`RateLimit` it also paces each webhook (each URL path) as Slack does: about one message a
+second with short bursts, anything faster answered ``429 rate_limited`` with a ``Retry-After`` in whole
+seconds. ``clock`` is what the limit reads (a simulation passes its own); ``log`` keeps, per answered
+request, when it came and what it got.
+
     with SlackSink() as sink:
         post_to_webhook(sink.url, payload)
         assert sink.received == [payload]
@@ -14,9 +19,12 @@ fields or a field over 2000). Fault switches: :meth:`fail_next` and :meth:`down`
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -69,13 +77,45 @@ def block_kit_problems(payload: Any) -> list[str]:
     return problems
 
 
+@dataclass(frozen=True)
+class RateLimit:
+    """Slack's pace for one incoming webhook, as a token bucket: ``per_s`` messages a second on average,
+    up to ``burst`` at once after a quiet spell."""
+
+    per_s: float = 1.0
+    burst: int = 3
+
+
+class _Bucket:
+    def __init__(self, limit: RateLimit, now: float) -> None:
+        self.limit = limit
+        self.tokens = float(limit.burst)
+        self.at = now
+
+    def take(self, now: float) -> float | None:
+        """None when the request may pass (one token taken), else the seconds until it could."""
+        self.tokens = min(float(self.limit.burst), self.tokens + max(now - self.at, 0.0) * self.limit.per_s)
+        self.at = max(self.at, now)
+        if self.tokens >= 1.0 - 1e-6:  # a microsecond's grace: clocks in epoch seconds are floats
+            self.tokens -= 1.0
+            return None
+        return (1.0 - self.tokens) / self.limit.per_s
+
+
 class SlackSink:
     """A Slack-webhook-like HTTP server on 127.0.0.1; use as a context manager."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, rate_limit: RateLimit | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.received: list[dict[str, Any]] = []
         self.requests = 0  # every POST, accepted or not
         self.rejected: list[list[str]] = []
+        #: requests answered 429 (by :meth:`fail_next` or by the rate limit)
+        self.throttled = 0
+        #: (clock time, status) of every answered request, in order
+        self.log: list[tuple[float, int]] = []
+        self.rate_limit = rate_limit
+        self.clock = clock
+        self._buckets: dict[str, _Bucket] = {}
         self._faults: deque[tuple[int, float | None]] = deque()
         #: every request answered with this status until :meth:`outage` is called with None
         self._outage: int | None = None
@@ -102,7 +142,7 @@ class SlackSink:
                         sink.requests += 1
                     time.sleep(hang)
                     return  # the client gave up long ago; close without an answer
-                status, body, headers = sink._answer(raw)
+                status, body, headers = sink._answer(raw, self.path)
                 data = body.encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "text/plain; charset=utf-8")
@@ -153,7 +193,15 @@ class SlackSink:
 
     # ----------------------------------------------------------------- the answer
 
-    def _answer(self, raw: bytes) -> tuple[int, str, dict[str, str]]:
+    def _answer(self, raw: bytes, path: str = WEBHOOK_PATH) -> tuple[int, str, dict[str, str]]:
+        status, body, headers = self._judge(raw, path)
+        with self._lock:
+            self.log.append((self.clock(), status))
+            if status == 429:
+                self.throttled += 1
+        return status, body, headers
+
+    def _judge(self, raw: bytes, path: str) -> tuple[int, str, dict[str, str]]:
         with self._lock:
             self.requests += 1
             if self._outage is not None:
@@ -162,6 +210,12 @@ class SlackSink:
                 status, retry_after = self._faults.popleft()
                 headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
                 return status, "rate_limited" if status == 429 else "fault injected", headers
+            if self.rate_limit is not None:
+                now = self.clock()
+                bucket = self._buckets.setdefault(path, _Bucket(self.rate_limit, now))
+                wait = bucket.take(now)
+                if wait is not None:
+                    return 429, "rate_limited", {"Retry-After": str(max(1, math.ceil(wait)))}
         try:
             payload = json.loads(raw)
         except ValueError:

@@ -1,7 +1,7 @@
 """The demo's output with what changes from run to run taken out, to show a refactoring changed nothing.
 
 Replaced: timestamps (ISO, ``… UTC``, epoch seconds and milliseconds), finding events' ids and open
-seconds (both follow the clock), moto's random resource ids
+seconds and incidents' ids (all follow the clock), moto's random resource ids
 (``vpc-…``, ``sg-…``, …) and UUIDs (each by a placeholder numbered in order of first appearance, so the
 structure stays visible), and the tool's version. Everything else must stay byte for byte the same.
 
@@ -29,6 +29,8 @@ _VERSION = re.compile(r'("tool_version": )"[^"]*"')
 #: A finding event's id hashes the transition's time; how long a finding was open is clock time too.
 _EVENT_ID = re.compile(r'("event_id": )"[0-9a-f]{32}"')
 _OPEN_SECONDS = re.compile(r'(open_seconds"?:? )\d+(?:\.\d+)?')
+#: An incident's id hashes the time it opened.
+_INCIDENT_ID = re.compile(r"(incident `?)[0-9a-f]{16}\b")
 
 
 def normalise(text: str) -> str:
@@ -50,6 +52,7 @@ def normalise(text: str) -> str:
     text = _EPOCH_S.sub("<epoch-s>", text)
     text = _EVENT_ID.sub(r'\1"<event-id>"', text)
     text = _OPEN_SECONDS.sub(r"\1<seconds>", text)
+    text = _INCIDENT_ID.sub(r"\1<incident-id>", text)
     return _VERSION.sub(r'\1"<version>"', text)
 
 

@@ -70,6 +70,8 @@ EVERY_SETTING = {
     "startSessionRate": 7,
     "sweepSchedule": "rate(30 minutes)",
     "logRetentionDays": 90,
+    "slackSecretName": "hyperpod-debugger/slack-webhook",
+    "chatNotifications": "true",
 }
 
 

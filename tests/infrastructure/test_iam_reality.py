@@ -172,8 +172,11 @@ def recording(monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
     yield recorder
 
 
-def deliver(monitor: Any, invoke: Any) -> None:
-    """The outbox to the courier, as its event source would."""
+def deliver(monitor: Any, invoke: Any, clock: Any) -> None:
+    """The alert groups once due, then the outbox to the courier, as their event sources would."""
+    clock.advance(301)  # past the alert groups' wait and interval
+    while (event := monitor.alert_groups.poll()) is not None:
+        monitor.alert_groups.settle(event, invoke(c.ALERT_GROUPS_HANDLER, event))
     while (event := monitor.outbox.poll()) is not None:
         monitor.outbox.settle(event, invoke(c.COURIER_HANDLER, event))
 
@@ -216,7 +219,7 @@ def recording_run() -> Recorder:
             invoke(c.EVENT_HANDLER, node_health_event(demo, node, now))
             run_windows()
             invoke(c.STREAM_NOTIFIER_HANDLER, monitor.stream_event())
-            deliver(monitor, invoke)
+            deliver(monitor, invoke, clock)
             for cluster in (demo.eks, demo.slurm):
                 swept = invoke(
                     c.SWEEP_HANDLER,
@@ -229,7 +232,10 @@ def recording_run() -> Recorder:
             invoke(c.LOG_SUBSCRIPTION_HANDLER, delivery(demo.slurm, stream, [seed.slurm_hma_record(now, 79)]))
             run_windows()
             invoke(c.STREAM_NOTIFIER_HANDLER, monitor.stream_event())
-            deliver(monitor, invoke)
+            deliver(monitor, invoke, clock)
+            # the daily summary, as its schedule rule invokes it
+            invoke(c.ALERT_GROUPS_HANDLER, {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}})
+            deliver(monitor, invoke, clock)
     finally:
         mp.undo()
     return recorder
@@ -257,13 +263,18 @@ def test_the_recording_saw_the_calls_that_matter(recorded):
     assert recorded[c.EVENT_HANDLER] == {"dynamodb:PutItem", "sqs:SendMessage"}
     assert recorded[c.LOG_SUBSCRIPTION_HANDLER] <= {"dynamodb:PutItem", "sqs:SendMessage"}
     assert "ssm:StartSession" in recorded[c.PROBE_BATCH_HANDLER]
-    assert "sqs:SendMessage" in recorded[c.STREAM_NOTIFIER_HANDLER]
+    assert {"sqs:SendMessage", "dynamodb:UpdateItem"} <= recorded[c.STREAM_NOTIFIER_HANDLER]
+    # the alert groups read the incidents, clear what they told and queue the messages
+    assert {"dynamodb:Query", "dynamodb:UpdateItem", "sqs:SendMessage"} <= recorded[c.ALERT_GROUPS_HANDLER]
     assert {"sns:Publish", "secretsmanager:GetSecretValue", "dynamodb:BatchWriteItem"} <= recorded[c.COURIER_HANDLER]
     assert "dynamodb:TransactWriteItems" not in set().union(*recorded.values())  # turned into item actions
-    assert set(recorded) == {*TRIAGING, *KEEPING, c.STREAM_NOTIFIER_HANDLER, c.COURIER_HANDLER}
+    assert set(recorded) == {*TRIAGING, *KEEPING, *NOTIFYING}
 
 
-@pytest.mark.parametrize("handler", [*TRIAGING, *KEEPING, c.STREAM_NOTIFIER_HANDLER, c.COURIER_HANDLER])
+NOTIFYING = (c.STREAM_NOTIFIER_HANDLER, c.ALERT_GROUPS_HANDLER, c.COURIER_HANDLER)
+
+
+@pytest.mark.parametrize("handler", [*TRIAGING, *KEEPING, *NOTIFYING])
 def test_every_call_a_handler_made_is_granted_to_its_role(every_setting: Template, recorded, handler):
     statements = role_statements(every_setting, handler)
     denied = sorted(a for a in recorded[handler] if not granted(statements, a))

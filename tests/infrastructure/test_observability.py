@@ -255,7 +255,7 @@ def test_an_unknown_share_threshold_that_cannot_alarm_is_refused(tmp_path_factor
 
 def test_each_rule_has_an_alarm_for_events_neither_delivered_nor_kept(template: Template):
     rules = template.find_resources("AWS::Events::Rule")
-    assert len(rules) == 4  # three HyperPod rules and the schedule
+    assert len(rules) == 5  # three HyperPod rules, the sweep's schedule and the daily summary's
     lost = [p for k, p in _alarms(template).items() if k.startswith("Observability") and "EventsLost" in k]
     watched = set()
     for props in lost:

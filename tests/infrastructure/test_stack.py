@@ -126,12 +126,15 @@ def test_the_rejected_events_alarm_watches_the_dimension_the_functions_emit():
     assert (c.MONITOR_METRICS_SERVICE, c.METRICS_NAMESPACE) == (SERVICE, NAMESPACE)
 
 
-def test_exactly_three_event_rules_and_one_schedule(template: Template):
+def test_exactly_three_event_rules_and_two_schedules(template: Template):
     rules = template.find_resources("AWS::Events::Rule")
     patterns = [r for r in rules.values() if "EventPattern" in r["Properties"]]
-    schedules = [r for r in rules.values() if "ScheduleExpression" in r["Properties"]]
+    schedules = sorted(
+        r["Properties"]["ScheduleExpression"] for r in rules.values() if "ScheduleExpression" in r["Properties"]
+    )
     assert len(patterns) == 3
-    assert len(schedules) == 1
+    # the sweep, and the alert groups' daily summary
+    assert schedules == ["cron(0 9 * * ? *)", "rate(15 minutes)"]
 
 
 def test_schedule_starts_the_sweep_state_machine_every_15_minutes(template: Template):
@@ -253,7 +256,7 @@ def test_sweep_pages_through_clusters_then_checks_and_probes_each_in_batches(tem
 
 
 def test_map_concurrency_and_function_settings_share_the_start_session_budget(template: Template, stack):
-    from hyperpod_debugger.lifecycle.budget import SESSION_HEADROOM
+    from hyperpod_debugger.lifecycle import budget
 
     settings = stack.sweep.settings
     states = _definition(template)["States"]
@@ -270,7 +273,19 @@ def test_map_concurrency_and_function_settings_share_the_start_session_budget(te
     assert processor["States"]["WaitForRound"] == {"Type": "Wait", "TimestampPath": "$.start_at", "Next": "ProbeNodes"}
     # the last round's sessions may end after the next sweep began: the execution outlives the interval
     assert _definition(template)["TimeoutSeconds"] == 900 + 120 + 180
-    usable = c.DEFAULT_START_SESSION_RATE * (1 - SESSION_HEADROOM)
+    # the sweep's part: the account's rate less people's reserve (34 %) and the event windows' 0.5/s
+    assert settings.reserve_percent == c.DEFAULT_START_SESSION_RESERVE_PERCENT == budget.RESERVE_PERCENT
+    assert c.DEFAULT_START_SESSION_RATE == budget.ACCOUNT_RATE
+    usable = c.DEFAULT_START_SESSION_RATE * (1 - c.DEFAULT_START_SESSION_RESERVE_PERCENT / 100) - 0.5
+    assert f"{usable:.3f}" == "1.480" and settings.reserved_rate >= 1.0
+    # the event windows are told the probe rate the budget counted for them
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Handler": c.EVENT_WINDOW_HANDLER,
+            "Environment": {"Variables": Match.object_like({"EVENT_WINDOW_PROBE_RATE": "0.5"})},
+        },
+    )
     for handler in (c.SWEEP_HANDLER, c.PROBE_BATCH_HANDLER):
         template.has_resource_properties(
             "AWS::Lambda::Function",
@@ -316,14 +331,14 @@ def test_schedule_interval_refuses_what_the_rotation_cannot_plan_from(expression
         schedule_interval(expression)
 
 
-def test_notifier_wakes_only_for_finding_items(template: Template):
+def test_notifier_wakes_only_for_finding_and_incident_items(template: Template):
     (mapping,) = [
         m
         for m in template.find_resources("AWS::Lambda::EventSourceMapping").values()
         if "FilterCriteria" in m["Properties"]
     ]
     [criterion] = mapping["Properties"]["FilterCriteria"]["Filters"]
-    assert json.loads(criterion["Pattern"]) == {"dynamodb": {"NewImage": {"item_type": {"S": ["FINDING"]}}}}
+    assert json.loads(criterion["Pattern"]) == {"dynamodb": {"NewImage": {"item_type": {"S": ["FINDING", "INCIDENT"]}}}}
 
 
 def test_sweep_state_machine_logs_and_traces(template: Template):
@@ -359,9 +374,9 @@ def test_functions_share_factory_defaults(template: Template, handler: str):
 def test_each_function_has_its_own_role_and_retained_log_group(template: Template):
     functions = template.find_resources("AWS::Lambda::Function")
     roles = {json.dumps(f["Properties"]["Role"]) for f in functions.values()}
-    # event handler, event window, sweep cluster step, sweep probe batch, stream notifier, courier
-    assert len(functions) == 6
-    assert len(roles) == 6
+    # event handler, event window, sweep cluster step, sweep probe batch, stream notifier, alert groups, courier
+    assert len(functions) == 7
+    assert len(roles) == 7
     template.all_resources_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
 
 
@@ -405,7 +420,17 @@ def test_dlq_depth_alarm_notifies_the_topic(template: Template):
     )
 
 
-def test_only_the_courier_reads_the_slack_secret(template: Template):
+def test_without_a_slack_secret_there_is_no_slack_channel(template: Template):
+    # no secret named: no function reads one, and none is told of a Slack channel (no retries, no alarms for it)
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]:
+            assert "secretsmanager:GetSecretValue" not in _actions(st)
+    for function in template.find_resources("AWS::Lambda::Function").values():
+        assert "SLACK_SECRET_NAME" not in function["Properties"].get("Environment", {}).get("Variables", {})
+
+
+def test_only_the_courier_reads_the_slack_secret(every_setting: Template):
+    template = every_setting
     readers = {
         k
         for k, p in template.find_resources("AWS::IAM::Policy").items()
@@ -423,13 +448,13 @@ def test_only_the_courier_reads_the_slack_secret(template: Template):
     assert len(statements) == 1
     assert _actions(statements[0]) == ["secretsmanager:GetSecretValue"]
     arn_tail = statements[0]["Resource"]["Fn::Join"][1][-1]
-    assert arn_tail == f":secret:{c.DEFAULT_SLACK_SECRET_NAME}-??????"
+    assert arn_tail == ":secret:hyperpod-debugger/slack-webhook-??????"
     (courier,) = [
         f
         for f in template.find_resources("AWS::Lambda::Function").values()
         if f["Properties"]["Handler"] == c.COURIER_HANDLER
     ]
-    assert courier["Properties"]["Environment"]["Variables"]["SLACK_SECRET_NAME"] == c.DEFAULT_SLACK_SECRET_NAME
+    assert courier["Properties"]["Environment"]["Variables"]["SLACK_SECRET_NAME"] == "hyperpod-debugger/slack-webhook"
 
 
 def test_the_outbox_is_fifo_with_a_dead_letter_queue_that_keeps_about_two_days_of_retries(template: Template):
@@ -589,8 +614,20 @@ def test_notifier_has_no_hyperpod_or_ssm_access(template: Template, prefix):
     assert not [a for a in actions if a.split(":")[0] in {"sagemaker", "ec2", "eks", "ssm", "ssmmessages"}]
 
 
-@pytest.mark.parametrize("prefix", ["NotificationsStreamNotifier", "NotificationsCourier"])
-def test_notifier_and_courier_touch_dynamodb_only_for_the_delivery_ledger(template: Template, prefix):
+#: What the notifying functions may do with DynamoDB beyond the delivery ledger (with every setting): the
+#: notifier arms alert groups; the alert groups read and clear incidents; the courier paces Slack.
+BEYOND_THE_LEDGER = {
+    "NotificationsStreamNotifier": [("ArmAlertGroups", ["dynamodb:GetItem", "dynamodb:UpdateItem"])],
+    "NotificationsAlertGroups": [
+        ("IncidentsAndAlertGroups", ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"])
+    ],
+    "NotificationsCourier": [("SlackPace", ["dynamodb:UpdateItem"])],
+}
+
+
+@pytest.mark.parametrize("prefix", sorted(BEYOND_THE_LEDGER))
+def test_notifying_functions_touch_dynamodb_only_as_they_must(every_setting: Template, prefix):
+    template = every_setting
     policies = [r for k, r in template.find_resources("AWS::IAM::Policy").items() if k.startswith(prefix)]
     statements = [s for p in policies for s in p["Properties"]["PolicyDocument"]["Statement"]]
 
@@ -599,10 +636,12 @@ def test_notifier_and_courier_touch_dynamodb_only_for_the_delivery_ledger(templa
         return isinstance(resource, dict) and resource.get("Fn::GetAtt", [None, None])[1] == "StreamArn"
 
     dynamo = [s for s in statements if any(a.startswith("dynamodb:") for a in _actions(s)) and not on_stream(s)]
-    assert [(s.get("Sid"), sorted(_actions(s))) for s in dynamo] == [
-        ("DeliveryLedger", ["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"])
-    ]
-    assert dynamo[0]["Resource"]["Fn::GetAtt"][0].startswith("FindingsStoreIdempotency")
+    got = sorted((s.get("Sid"), sorted(_actions(s))) for s in dynamo)
+    assert got == sorted(
+        [("DeliveryLedger", ["dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"]), *BEYOND_THE_LEDGER[prefix]]
+    )
+    ledger = next(s for s in dynamo if s.get("Sid") == "DeliveryLedger")
+    assert ledger["Resource"]["Fn::GetAtt"][0].startswith("FindingsStoreIdempotency")
 
 
 # --- cdk-nag ----------------------------------------------------------------------------------------------
@@ -633,6 +672,7 @@ def customized(tmp_path_factory):
     _, template, _ = synth(
         tmp_path_factory,
         startSessionRate=7,
+        startSessionReservePercent=50,
         sweepSchedule="rate(1 hour)",
         clusterAllowlist="abc123def456,arn:aws:sagemaker:us-east-1:111122223333:cluster/zz9yy8xx7ww6",
         alertEmails=["ops@example.com", "oncall@example.com"],
@@ -643,7 +683,7 @@ def customized(tmp_path_factory):
 
 def test_context_drives_concurrency_schedule_allowlist_and_subscriptions(customized: Template):
     each = _definition(customized)["States"]["EachCluster"]
-    # 7 calls a second: 3 clusters at once, sharing 90 % of 7 at run time
+    # 7 calls a second, half of them left to people: 3 clusters at once share 7 × 50 % − the windows' 0.5
     assert each["MaxConcurrency"] == 3
     customized.has_resource_properties(
         "AWS::Lambda::Function",
@@ -651,7 +691,7 @@ def test_context_drives_concurrency_schedule_allowlist_and_subscriptions(customi
             "Handler": c.PROBE_BATCH_HANDLER,
             "Environment": {
                 "Variables": Match.object_like(
-                    {"START_SESSION_RATE": "6.300", "SWEEP_CLUSTER_CONCURRENCY": "3", "SWEEP_INTERVAL_S": "3600"}
+                    {"START_SESSION_RATE": "3.000", "SWEEP_CLUSTER_CONCURRENCY": "3", "SWEEP_INTERVAL_S": "3600"}
                 )
             },
         },
@@ -697,6 +737,21 @@ def test_an_allowlist_entry_that_is_no_cluster_is_rejected_with_the_reason(tmp_p
 def test_invalid_start_session_rate_is_rejected(tmp_path_factory):
     with pytest.raises(Exception, match="startSessionRate"):
         synth(tmp_path_factory, startSessionRate=0)
+
+
+@pytest.mark.parametrize(
+    ("reserve", "message"),
+    [
+        ("all", "startSessionReservePercent must be a number, got 'all'"),
+        # 80 % of 3 would leave the sweep 0.1/s; 90 % leaves 0.3/s, less than the event windows' 0.5/s
+        (90, "startSessionReservePercent 90 leaves 0.30 .*nothing is left for the sweep"),
+    ],
+)
+def test_a_reserve_for_people_that_is_no_share_or_leaves_the_sweep_nothing_fails_the_synth(
+    tmp_path_factory, reserve, message
+):
+    with pytest.raises(ValueError, match=message):
+        synth(tmp_path_factory, startSessionReservePercent=reserve)
 
 
 def test_the_simulators_outbox_is_the_stacks():

@@ -35,6 +35,7 @@ from hyperpod_debugger.domain.model import (
 from hyperpod_debugger.lifecycle.findings import plan_sweep
 from hyperpod_sim import scenarios
 from hyperpod_sim.lambda_harness import (
+    ALERT_GROUP_QUEUE,
     LambdaContext,
     SqsEventSource,
     StreamReader,
@@ -84,6 +85,7 @@ def monitor(aws, clients, sink, monkeypatch):
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
     outbox_url, outbox_dlq_url = create_outbox(clients)
+    groups_url = sqs.create_queue(QueueName=ALERT_GROUP_QUEUE)["QueueUrl"]
     for name, value in {
         "AWS_REGION": scenarios.REGION,
         "FINDINGS_TABLE": TABLE,
@@ -93,13 +95,15 @@ def monitor(aws, clients, sink, monkeypatch):
         "ALERT_TOPIC_ARN": topic,
         "OUTBOX_QUEUE_URL": outbox_url,
         "OUTBOX_DLQ_URL": outbox_dlq_url,
+        "ALERT_GROUP_QUEUE_URL": groups_url,
+        "ALERT_GROUP_WAIT_S": "0",  # the group's first flush at once: no clock to move here
         "SLACK_TIMEOUT_S": "5",
         "POWERTOOLS_TRACE_DISABLED": "true",
     }.items():
         monkeypatch.setenv(name, value)
     env_module.clear_env_cache()
     adapters.idempotency_store.cache_clear()
-    yield Monitor(clients, queue_url, outbox_url)
+    yield Monitor(clients, queue_url, outbox_url, groups_url)
     env_module.clear_env_cache()
     adapters.idempotency_store.cache_clear()
 
@@ -109,10 +113,15 @@ class Monitor:
     clients: AwsClients
     queue_url: str
     outbox_url: str
+    groups_url: str
     _stream: StreamReader | None = None
 
     def deliver(self, context) -> list[dict]:
-        """The outbox to the courier, as its event source would; the courier's responses."""
+        """The alert groups due now flushed into the outbox, then the outbox to the courier, as their event
+        sources would; the courier's responses."""
+        groups = SqsEventSource(self.clients, self.groups_url, batch_size=1)
+        while (event := groups.poll()) is not None:
+            groups.settle(event, handlers.alert_groups(event, context))
         source = SqsEventSource(self.clients, self.outbox_url)
         responses = []
         while (event := source.poll()) is not None:

@@ -119,6 +119,8 @@ def test_any_text_is_a_message_or_a_value_error(text):
         (60, None, 900),
         (3, 30.0, 30),
         (1, 0.2, 1),
+        (1, 1.5, 2),  # never back before the channel said: rounded up
+        (1, 7.0001, 8),
         (1, 10**9, 12 * 3600),
     ],
 )

@@ -8,6 +8,7 @@
 | :mod:`.sweep` | the sweep state machine, one cluster per call | ``logic.sweep.sweep_cluster`` |
 | :mod:`.probes` | the sweep's inner Map, one batch of nodes per call | ``logic.sweep.probe_batch`` |
 | :mod:`.stream` | the findings table's DynamoDB stream | ``logic.stream.notify`` |
+| :mod:`.alerts` | the alert-group queue (SQS, delayed), and the daily schedule | ``logic.alert_groups.flush`` |
 | :mod:`.outbox` | the outbox (SQS FIFO) | ``logic.outbox.Courier`` |
 
 Importing this package imports none of them (each function loads only its own). For the demo and the
@@ -28,6 +29,7 @@ ENTRY_POINTS = {
     "sweep_cluster": "sweep",
     "probe_batch": "probes",
     "stream_notifier": "stream",
+    "alert_groups": "alerts",
     "courier": "outbox",
 }
 

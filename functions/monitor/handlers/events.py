@@ -1,9 +1,11 @@
 """EventBridge (HyperPod's three detail-types) → the event kept for its cluster's window (or a scoped triage).
 
 With a window queue (the stack's default), the event is kept for its cluster's window and the window
-function runs one triage for every event of the window (``logic.windows``); without one, the event is
-triaged at once. Idempotent on the EventBridge event id (SageMaker may send one change twice). An event no
-retry can fix is kept, with the reason, in the unprocessed-events queue.
+function runs one triage for every event of the window (``logic.windows``): an urgent event on a quiet
+cluster opens a window due in seconds (the leading edge), any other waits for the cluster's window or
+cooldown; without a queue, the event is triaged at once. Idempotent on the EventBridge event id (SageMaker
+may send one change twice). An event no retry can fix is kept, with the reason, in the unprocessed-events
+queue.
 """
 
 from __future__ import annotations

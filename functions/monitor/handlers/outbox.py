@@ -1,9 +1,12 @@
 """The courier: the outbox (SQS FIFO) → Slack, SNS and the findings' EventBridge bus, one attempt per message
-per invocation (:class:`functions.monitor.logic.outbox.Courier` decides; this wires it to the queue and the
-channels)."""
+per invocation, each Slack webhook at its pace shared by every concurrent courier
+(:class:`functions.monitor.logic.outbox.Courier` decides; this wires it to the queue, the channels and the
+shared lanes in the idempotency table)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -11,7 +14,7 @@ from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, proce
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.monitor.adapters import AwsCourierPorts, DeliveryLedger
+from functions.monitor.adapters import AwsCourierPorts, DeliveryLedger, SharedLanes
 from functions.monitor.logic import outbox
 from functions.monitor.runtime import deadline, with_env
 from functions.shared.clients import bookkeeping_clients, clients
@@ -23,6 +26,10 @@ _processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 _processor.raise_on_entire_batch_failure = False  # the queue retries the same messages either way
 #: What one delivery attempt may take beyond the Slack timeout (the SNS call, the ledger), in seconds.
 SEND_MARGIN_S = 3.0
+#: The courier's clock (epoch seconds) and how it waits for a Slack slot; a simulation puts its own here
+#: (bench/courier_bench.py, the pacing tests).
+clock: Callable[[], float] = time.time
+sleep: Callable[[float], None] = time.sleep
 
 
 def _record(raw: SQSRecord) -> outbox.OutboxRecord:
@@ -44,9 +51,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     raw = event.get("Records") if isinstance(event, dict) else None
     records = [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
     ledger: outbox.Ledger = outbox.NoLedger()
+    lanes: outbox.Lanes = outbox.LocalLanes()
     if env.IDEMPOTENCY_TABLE:
-        ledger = DeliveryLedger(bookkeeping_clients(env.AWS_REGION), env.IDEMPOTENCY_TABLE, deadline=deadline(context))
+        bookkeeping = bookkeeping_clients(env.AWS_REGION)
+        ledger = DeliveryLedger(bookkeeping, env.IDEMPOTENCY_TABLE, deadline=deadline(context))
         ledger.load([f"sent#{outbox.message_id_of(r.get('body'))}" for r in records])
+        # the lanes are worth asking until no send fits any more (a slot is checked against the time left)
+        lanes = SharedLanes(bookkeeping, env.IDEMPOTENCY_TABLE, deadline=deadline(context, margin_s=SEND_MARGIN_S))
     ports = AwsCourierPorts(
         clients(env.AWS_REGION),
         secret_name=env.SLACK_SECRET_NAME,
@@ -55,6 +66,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         outbox_url=env.OUTBOX_QUEUE_URL,
         dlq_url=env.OUTBOX_DLQ_URL,
         remaining_ms=context.get_remaining_time_in_millis,
+        clock=clock,
+        sleep=sleep,
+        chat_topic_arn=env.CHATBOT_TOPIC_ARN,
     )
     courier = outbox.Courier(
         ports,
@@ -62,6 +76,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         needed_s=env.SLACK_TIMEOUT_S + SEND_MARGIN_S,
         base=env.RETRY_BASE_S,
         cap=env.RETRY_CAP_S,
+        lanes=lanes,
+        paces={**outbox.PACES, "slack": outbox.Pace(interval_s=env.SLACK_PACE_S, burst=env.SLACK_BURST)},
     )
     response = process_partial_response(
         event={"Records": records},
@@ -74,6 +90,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     _report(courier)
     if isinstance(ledger, DeliveryLedger) and ledger.errors:
         logger.warning("delivery ledger unavailable", errors=ledger.errors[:5])
+    if isinstance(lanes, SharedLanes) and lanes.errors:
+        logger.warning("shared Slack pace unavailable: paced by this invocation alone", errors=lanes.errors[:5])
     return dict(response)
 
 
@@ -90,6 +108,12 @@ def _report(courier: outbox.Courier) -> None:
     for item, error in courier.failures:
         metrics.add_metric(name="NotificationFailures", unit=MetricUnit.Count, value=1)
         logger.warning("notification failed: retried later", delivery=item.key, channel=item.channel, error=error)
+    for item, delay in courier.paced:
+        logger.info("notification waits for its Slack slot", delivery=item.key, channel=item.channel, seconds=delay)
+    if courier.paced:
+        metrics.add_metric(name="NotificationsPaced", unit=MetricUnit.Count, value=len(courier.paced))
+    for channel, seconds in courier.waited.items():
+        logger.info("waited for slots", channel=channel, seconds=round(seconds, 3))
     for key, reason in courier.dead:
         metrics.add_metric(name="OutboxDeadLettered", unit=MetricUnit.Count, value=1)
         logger.error("message moved to the dead-letter queue", delivery=key, reason=reason)

@@ -17,9 +17,10 @@ from functions.shared.clients import clients
 from functions.shared.env import sweep_env
 from functions.shared.events import ProbeBatch
 from functions.shared.observability import logger, metrics, tracer
+from hyperpod_debugger.aws.incident_store import IncidentStore
 from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.lifecycle.findings import parse_iso
-from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.probe.runner import PaceReport, ProbeOptions
 from hyperpod_debugger.triage import run_probe_batch
 
 START_SESSION = "ssm:StartSession"
@@ -31,7 +32,10 @@ START_SESSION = "ssm:StartSession"
 @tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     env = sweep_env()
-    options = ProbeOptions(rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S, documents=env.session_documents)
+    paced: list[PaceReport] = []  # how the batch paced its StartSession calls (it yields while throttled)
+    options = ProbeOptions(
+        rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S, documents=env.session_documents, on_pace=paced.append
+    )
     aws = clients(env.AWS_REGION)
     store = FindingStore(aws, env.FINDINGS_TABLE)
     try:
@@ -59,7 +63,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.error("probe batch rejected", errors=errors)
         return {"status": "rejected", "errors": errors}
     calls, throttles = aws.calls[START_SESSION], aws.throttles[START_SESSION]
-    result = sweep.probe_batch(request, probe=lambda req: run_probe_batch(req, aws), store=store)
+    result = sweep.probe_batch(
+        request,
+        probe=lambda req: run_probe_batch(req, aws),
+        store=store,
+        incidents=IncidentStore(aws, env.FINDINGS_TABLE),
+        repair_grace=env.repair_grace,
+    )
     fleet_metrics.emit_sessions(
         batch.cluster_name or batch.cluster_arn,
         aws.calls[START_SESSION] - calls,
@@ -71,6 +81,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="NodesProbed", unit=MetricUnit.Count, value=len(result.probed))
     metrics.add_metric(name="SweepTransitions", unit=MetricUnit.Count, value=len(result.transitions))
     response = result.response()
+    response["not_started"] = _say_pace(batch.cluster_name or batch.cluster_arn, paced[-1] if paced else None)
     logger.info(
         "probe batch applied",
         cluster=batch.cluster_name,
@@ -79,3 +90,24 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         transitions=response["transitions"],
     )
     return response
+
+
+def _say_pace(cluster: str, pace: PaceReport | None) -> int:
+    """Log and count what the batch left to the next sweep, and whether it slowed down for people's sessions.
+    Returns how many nodes were not started."""
+    if pace is None:
+        return 0
+    if pace.not_started:
+        metrics.add_metric(name="ProbesNotStarted", unit=MetricUnit.Count, value=len(pace.not_started))
+    if pace.yielded or pace.not_started:
+        logger.warning(
+            "probe batch yielded StartSession to people" if pace.yielded else "probe batch round closed",
+            cluster=cluster,
+            throttles=pace.throttles,
+            rate=round(pace.ceiling, 3),
+            lowest_rate=round(pace.lowest, 3),
+            started=pace.started,
+            not_started=list(pace.not_started),
+            note="nodes not started are not probed: they stay due and lead the next sweep's plan (suspects first)",
+        )
+    return len(pace.not_started)

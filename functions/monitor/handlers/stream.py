@@ -1,7 +1,8 @@
-"""The findings table's DynamoDB stream → the outbox: each transition rendered for Slack and email.
+"""The findings table's DynamoDB stream → finding events in the outbox, and the alert groups of clusters
+whose incidents changed armed (their messages follow from the alert-group function).
 
 A record that cannot be read is kept aside (with the reason) and never fails the batch; a record whose
-message the outbox refused fails, with the later records of its cluster, and the stream retries it.
+message the outbox refused, or whose cluster's group could not be armed, fails and the stream retries it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.monitor import fleet_metrics
 from functions.monitor.adapters import DeliveryLedger, SqsOutbox, keep_unprocessed
-from functions.monitor.logic import alerts, outbox, stream
+from functions.monitor.alert_store import AlertGroupQueue, TableAlertGroups
+from functions.monitor.logic import alert_groups, alerts, outbox, stream
 from functions.monitor.runtime import deadline, now, with_env
 from functions.shared.clients import bookkeeping_clients, clients
 from functions.shared.env import notifier_env
@@ -44,19 +46,27 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         errors = [{"at": "record", "error": reason}]
         return keep_unprocessed(env.UNPROCESSED_QUEUE_URL, env.AWS_REGION, raw, kind="stream record", errors=errors)
 
+    aws = clients(env.AWS_REGION)
+    groups, flushes = TableAlertGroups(aws, env.FINDINGS_TABLE), AlertGroupQueue(aws, env.ALERT_GROUP_QUEUE_URL)
     result = stream.notify(
         records,
         from_item=from_item,
         set_aside=set_aside,
-        queue=SqsOutbox(clients(env.AWS_REGION), env.OUTBOX_QUEUE_URL),
+        queue=SqsOutbox(aws, env.OUTBOX_QUEUE_URL),
         ledger=ledger,
         channels=env.channels,
         render=lambda d: alerts.render(
             d, region=env.AWS_REGION, runbook_base_url=env.RUNBOOK_BASE_URL, event_bus=env.EVENT_BUS_NAME
         ),
         now=now(),
-        digest_threshold=env.DIGEST_THRESHOLD,
-        breaker_threshold=env.BREAKER_THRESHOLD,
+        arm=lambda ref: alert_groups.arm(
+            ref,
+            groups=groups,
+            queue=flushes,
+            now=now(),
+            wait_s=env.ALERT_GROUP_WAIT_S,
+            interval_s=env.ALERT_GROUP_INTERVAL_S,
+        ),
     )
     _report(result, ledger)
 
@@ -85,6 +95,11 @@ def _report(result: stream.NotifyResult, ledger: outbox.Ledger) -> None:
         metrics.add_metric(name="OutboxPutFailures", unit=MetricUnit.Count, value=1)
         logger.warning("outbox refused a message: its cluster's later records wait", delivery=key, error=error)
     metrics.add_metric(name="OutboxMessages", unit=MetricUnit.Count, value=result.queued)
+    for cluster, error in result.arm_errors:
+        metrics.add_metric(name="AlertGroupArmFailures", unit=MetricUnit.Count, value=1)
+        logger.warning("alert group not armed: its records are retried", cluster_arn=cluster, error=error)
+    for cluster, armed in result.armed.items():
+        logger.info("alert group", cluster_arn=cluster, **armed)
     fleet_metrics.emit_resolutions(result.resolutions)
     if isinstance(ledger, DeliveryLedger) and ledger.errors:
         # Not fatal: at worst a retried record is queued again (the outbox's deduplication still holds).

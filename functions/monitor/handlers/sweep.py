@@ -19,6 +19,7 @@ from functions.shared.clients import clients
 from functions.shared.env import sweep_env
 from functions.shared.events import SweepItem
 from functions.shared.observability import logger, metrics, tracer
+from hyperpod_debugger.aws.incident_store import IncidentStore
 from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.lifecycle import budget
 from hyperpod_debugger.probe.runner import ProbeOptions
@@ -81,6 +82,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         request,
         triage=lambda req: triage_with_observation(req, aws),
         store=FindingStore(aws, env.FINDINGS_TABLE),
+        incidents=IncidentStore(aws, env.FINDINGS_TABLE),
+        repair_grace=env.repair_grace,
         settings=settings_at if env.PROBE_ENABLED else None,
         clock=now,
         sweep_id=sweep_id,

@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.monitor.adapters import keep_unprocessed
 from functions.monitor.logic import windows
-from functions.monitor.runtime import reject, with_env
+from functions.monitor.runtime import now, reject, with_env
 from functions.monitor.signal_run import window_runner
 from functions.monitor.window_store import TableWindows
 from functions.shared.clients import clients
@@ -56,6 +56,7 @@ def _window(record: SQSRecord, env: MonitorEnv, context: LambdaContext) -> dict[
         windows=TableWindows(clients(env.AWS_REGION), env.FINDINGS_TABLE),
         run=window_runner(env, context),
         keep_unreadable=keep_unreadable,
+        now=now(),  # the claim's time: the cluster's next window is due a cooldown after it
     )
     metrics.add_metric(name="WindowsRun", unit=MetricUnit.Count, value=1)
     logger.info("window done", **{k: v for k, v in result.items() if k != "transitions"})

@@ -1,4 +1,4 @@
-"""The findings stream's transitions → messages: singles, digests and circuit-breaker alerts."""
+"""The findings table's stream, read: finding transitions (their events) and incidents that arm an alert group."""
 
 from __future__ import annotations
 
@@ -10,18 +10,18 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from functions.shared.events import parse_stream_record
+from hyperpod_debugger.domain.validate import region_of_arn
 from hyperpod_debugger.lifecycle.findings import NOTIFYING, StoredFinding, TransitionKind
-from hyperpod_debugger.notify import (
-    Notice,
-    breaker,
-    breaker_email,
-    digest,
-    digest_email,
-    email_text,
-    finding_event,
-    slack_message,
-)
-from hyperpod_debugger.notify.stored import notice_of
+from hyperpod_debugger.notify import finding_event
+
+
+@dataclass(frozen=True)
+class ClusterRef:
+    """A cluster as an alert group knows it."""
+
+    cluster_arn: str
+    region: str
+    cluster_name: str
 
 
 @dataclass(frozen=True)
@@ -57,16 +57,12 @@ def change_of(
     return StreamChange(record_id=record_id, kind=kind, at=str(at), finding=from_item(new))
 
 
-def to_notice(change: StreamChange, region: str) -> Notice:
-    return notice_of(change.kind, change.at, change.finding, region)
-
-
 @dataclass
 class Delivery:
-    """One message (Slack and email) covering one or more stream records."""
+    """The finding events of one cluster's changes in one batch of stream records."""
 
     key: str
-    kind: Literal["single", "digest", "breaker"]
+    kind: Literal["events"]
     changes: list[StreamChange] = field(default_factory=list)
 
     @property
@@ -74,41 +70,22 @@ class Delivery:
         return [c.record_id for c in self.changes]
 
 
-def plan_deliveries(
-    changes: Sequence[StreamChange], *, digest_threshold: int = 10, breaker_threshold: int = 5
-) -> list[Delivery]:
-    """Group one batch's transitions into messages.
-
-    NEW findings of one check on at least ``breaker_threshold`` nodes of one cluster become one
-    circuit-breaker alert (likely a shared cause, not N node faults); of the NEW findings left, more
-    than ``digest_threshold`` in one cluster become one digest. Everything else is one message each.
-    """
-    new_by_check: dict[tuple[str, str], list[StreamChange]] = defaultdict(list)
+def plan_deliveries(changes: Sequence[StreamChange]) -> list[Delivery]:
+    """One delivery of finding events per cluster, in stream order (ten events per PutEvents message)."""
+    by_cluster: dict[str, list[StreamChange]] = defaultdict(list)
     for c in changes:
-        if c.kind is TransitionKind.NEW and c.finding.instance_id:
-            new_by_check[(c.finding.cluster_arn, c.finding.check)].append(c)
-    out: list[Delivery] = []
-    grouped: set[str] = set()
-    for (cluster, check), group in new_by_check.items():
-        if len({c.finding.instance_id for c in group}) >= breaker_threshold:
-            out.append(Delivery(key=f"breaker:{cluster}:{check}", kind="breaker", changes=group))
-            grouped |= {c.record_id for c in group}
-    new_by_cluster: dict[str, list[StreamChange]] = defaultdict(list)
-    for c in changes:
-        if c.kind is TransitionKind.NEW and c.record_id not in grouped:
-            new_by_cluster[c.finding.cluster_arn].append(c)
-    for cluster, group in new_by_cluster.items():
-        if len(group) > digest_threshold:
-            out.append(Delivery(key=f"digest:{cluster}", kind="digest", changes=group))
-            grouped |= {c.record_id for c in group}
-    for c in changes:
-        if c.record_id not in grouped:
-            out.append(Delivery(key=f"single:{c.record_id}", kind="single", changes=[c]))
-    return out
+        by_cluster[c.finding.cluster_arn].append(c)
+    return [
+        Delivery(key=f"events:{cluster}:{group[0].record_id}", kind="events", changes=group)
+        for cluster, group in by_cluster.items()
+    ]
 
 
 @dataclass(frozen=True)
 class Message:
+    """A rendered message: Slack's payload, an email's subject and body (an Amazon Q Developer notification's
+    JSON in ``body``), or finding events."""
+
     slack: dict[str, Any]
     subject: str
     body: str
@@ -117,8 +94,7 @@ class Message:
 
 
 def events_of(delivery: Delivery, *, bus: str, runbook_base_url: str | None) -> tuple[dict[str, Any], ...]:
-    """Every change of the delivery as a finding event (a digest or a breaker alert is still one event per
-    finding: a rule routes findings, not messages)."""
+    """Every change of the delivery as a finding event (a rule routes findings, not messages)."""
     return tuple(
         finding_event.entry(finding_event.detail_of(c.kind, c.at, c.finding, runbook_base_url=runbook_base_url), bus)
         for c in delivery.changes
@@ -126,27 +102,29 @@ def events_of(delivery: Delivery, *, bus: str, runbook_base_url: str | None) -> 
 
 
 def render(delivery: Delivery, *, region: str, runbook_base_url: str | None, event_bus: str | None = None) -> Message:
+    """A delivery's finding events (people hear of incidents, through the alert groups, not of findings)."""
     events = events_of(delivery, bus=event_bus, runbook_base_url=runbook_base_url) if event_bus else ()
-    message = _render(delivery, region=region, runbook_base_url=runbook_base_url)
-    return Message(message.slack, message.subject, message.body, events)
+    return Message({}, "", "", events)
 
 
-def _render(delivery: Delivery, *, region: str, runbook_base_url: str | None) -> Message:
-    notices = [to_notice(c, region) for c in delivery.changes]
-    first = notices[0]
-    if delivery.kind == "single":
-        subject, body = email_text(first, runbook_base_url=runbook_base_url)
-        return Message(slack_message(first, runbook_base_url=runbook_base_url), subject, body)
-    if delivery.kind == "digest":
-        kw: dict[str, Any] = {"cluster_name": first.cluster_name, "runbook_base_url": runbook_base_url}
-        subject, body = digest_email(notices, **kw)
-        return Message(digest(notices, **kw), subject, body)
-    sample = min(notices, key=lambda n: n.finding.instance_id or "").finding
-    ids = sorted(n.finding.instance_id or "" for n in notices)
-    args = (sample.check, sample.section, ids)
-    kw = {"cluster_name": first.cluster_name, "sample": sample, "runbook_base_url": runbook_base_url}
-    subject, body = breaker_email(*args, **kw)
-    return Message(breaker(*args, **kw), subject, body)
+# --------------------------------------------------------------------------- incidents on the stream
+
+
+def armed_cluster(new: dict[str, Any] | None, old: dict[str, Any] | None) -> ClusterRef | None:
+    """The cluster whose alert group an incident record asks to arm: the incident has pending transitions
+    that the old image did not have; None otherwise (an update, a flush clearing them, a deletion)."""
+    if not new or new.get("item_type") != "INCIDENT":
+        return None
+    pending = new.get("pending")
+    if not isinstance(pending, dict) or not pending:
+        return None
+    before = old.get("pending") if old else None
+    if isinstance(before, dict) and set(pending) <= set(before):
+        return None
+    arn = str(new.get("cluster_arn") or "")
+    if not arn:
+        return None
+    return ClusterRef(arn, region_of_arn(arn) or "", str(new.get("cluster_name") or ""))
 
 
 # --------------------------------------------------------------------------- reading the stream
@@ -170,6 +148,8 @@ class StreamRead:
     unreadable: dict[str, str] = field(default_factory=dict)
     orphans: list[tuple[Any, str]] = field(default_factory=list)
     records: dict[str, Any] = field(default_factory=dict)
+    #: clusters whose alert group incident records ask to arm, with those records' ids
+    arms: dict[str, tuple[ClusterRef, list[str]]] = field(default_factory=dict)
 
 
 def read_records(records: Sequence[Any], *, from_item: Callable[..., StoredFinding]) -> StreamRead:
@@ -187,7 +167,12 @@ def read_records(records: Sequence[Any], *, from_item: Callable[..., StoredFindi
         read.records[rid] = raw
         try:
             images = parse_stream_record(raw).dynamodb
-            change = change_of(rid, _image(images.NewImage), _image(images.OldImage), from_item)
+            new, old = _image(images.NewImage), _image(images.OldImage)
+            ref = armed_cluster(new, old)
+            if ref is not None:
+                read.arms.setdefault(ref.cluster_arn, (ref, []))[1].append(rid)
+                continue
+            change = change_of(rid, new, old, from_item)
         except ValidationError as exc:
             read.unreadable[rid] = _reason(exc)
             continue

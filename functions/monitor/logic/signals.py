@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from functions.monitor.logic.incidents import IncidentsPort, reconcile, run_scope
 from functions.shared.events import ClusterEvent, ClusterStateChange, NodeHealthEvent
 from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments
 from hyperpod_debugger.domain import eventbridge
@@ -15,6 +16,7 @@ from hyperpod_debugger.domain.model import TriageReport
 from hyperpod_debugger.domain.observations import NodeHealthReport
 from hyperpod_debugger.domain.validate import INSTANCE_ID_RE
 from hyperpod_debugger.lifecycle.findings import StoredFinding, SweepPlan, Transition, Trigger, plan_sweep
+from hyperpod_debugger.lifecycle.incidents import REPAIR_GRACE
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.triage import TriageRequest
 
@@ -181,8 +183,11 @@ def handle_cluster_event(
     probe: bool = True,
     probe_timeout: float = 180.0,
     documents: SessionDocuments = NO_DOCUMENTS,
+    incidents: IncidentsPort | None = None,
+    repair_grace: timedelta = REPAIR_GRACE,
 ) -> list[Transition]:
-    """Run the scoped triage the signal asks for and write what changed.
+    """Run the scoped triage the signal asks for and write what changed (and, with ``incidents``, bring the
+    cluster's incidents up to date).
 
     Parameters
     ----------
@@ -201,7 +206,21 @@ def handle_cluster_event(
     report = triage(triage_request(signal, now, probe=probe, probe_timeout=probe_timeout, documents=documents))
     cluster = report.cluster.arn or signal.cluster_arn
     plan = plan_sweep(store.open_findings(cluster), report, now, trigger=signal.trigger)
-    return store.apply(plan, now)
+    transitions = store.apply(plan, now)
+    if incidents is not None and report.error is None:
+        changed = [c.item.instance_id for c in plan.changes()]
+        scope = None if signal.node is None else run_scope(report, changed, node=signal.node)
+        reconcile(
+            report,
+            cluster,
+            findings=store,
+            incidents=incidents,
+            now=now,
+            scope=scope,
+            trigger=signal.trigger.what,
+            repair_grace=repair_grace,
+        )
+    return transitions
 
 
 @dataclass

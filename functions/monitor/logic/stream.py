@@ -1,8 +1,9 @@
-"""The notifier's step: one batch of the findings table's stream records → messages in the outbox.
+"""The notifier's step: one batch of the findings table's stream records → finding events in the outbox, and
+the alert groups of the clusters whose incidents changed armed.
 
-Read every record (a damaged one is set aside with its reason, never raised), group the notifying
-transitions into messages, and queue each message once per channel. What fails is named by record id,
-so the stream retries exactly those records and nothing else.
+People are told of incidents, not findings: an incident record with transitions to tell arms its cluster's
+alert group (:mod:`functions.monitor.logic.alert_groups`), which flushes them a few seconds later, grouped.
+What fails is named by record id, so the stream retries exactly those records and nothing else.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class NotifyResult:
     refused: list[tuple[str, str]] = field(default_factory=list)  # (delivery key, error)
     #: (cluster, seconds from first seen) of every RESOLVED transition queued in this batch
     resolutions: list[tuple[str, float]] = field(default_factory=list)
+    #: cluster → what arming its alert group said; (cluster, error) where it could not be armed
+    armed: dict[str, Any] = field(default_factory=dict)
+    arm_errors: list[tuple[str, str]] = field(default_factory=list)
 
 
 def resolutions(changes: Sequence[alerts.StreamChange], failed: set[str]) -> list[tuple[str, float]]:
@@ -70,9 +74,12 @@ def notify(
     channels: Sequence[str],
     render: Callable[[alerts.Delivery], alerts.Message],
     now: datetime,
-    digest_threshold: int,
-    breaker_threshold: int,
+    arm: Callable[[alerts.ClusterRef], Any],
 ) -> NotifyResult:
+    """Read every record (a damaged one is set aside with its reason, never raised); queue the finding
+    events of the batch's finding transitions (ten per message); arm the alert group of every cluster whose
+    incidents have transitions to tell. A cluster whose group cannot be armed fails its records, and the
+    stream retries them."""
     read = alerts.read_records(records, from_item=from_item)
     result = NotifyResult(records=list(read.records.values()))
     damaged = [(rid, read.records[rid], reason) for rid, reason in read.unreadable.items()]
@@ -87,16 +94,21 @@ def notify(
             result.unreadable.append(Unreadable(rid, reason, kept=False, error=str(exc)))
             continue
         result.unreadable.append(Unreadable(rid, reason, kept=kept))
-    deliveries = alerts.plan_deliveries(
-        read.changes, digest_threshold=digest_threshold, breaker_threshold=breaker_threshold
-    )
-    result.deliveries = len(deliveries)
-    ledger.load(outbox.queued_ids(deliveries, channels))
-    queued = outbox.queue_transitions(
-        deliveries, outbox=queue, ledger=ledger, channels=channels, render=render, now=now
-    )
-    result.failed |= queued.failed
-    result.queued = queued.queued
-    result.refused = queued.refused
+    if "events" in channels:
+        deliveries = alerts.plan_deliveries(read.changes)
+        result.deliveries = len(deliveries)
+        ledger.load(outbox.queued_ids(deliveries, ("events",)))
+        queued = outbox.queue_transitions(
+            deliveries, outbox=queue, ledger=ledger, channels=("events",), render=render, now=now
+        )
+        result.failed |= queued.failed
+        result.queued = queued.queued
+        result.refused = queued.refused
+    for cluster, (ref, record_ids) in read.arms.items():
+        try:
+            result.armed[cluster] = arm(ref)
+        except Exception as exc:  # noqa: BLE001 - the records fail and the stream retries them
+            result.failed.update(record_ids)
+            result.arm_errors.append((cluster, f"{type(exc).__name__}: {exc}"[:300]))
     result.resolutions = resolutions(read.changes, result.failed)
     return result

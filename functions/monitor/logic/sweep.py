@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from functions.monitor.logic.incidents import IncidentsPort, reconcile, run_scope
 from hyperpod_debugger.domain.model import TriageReport
 from hyperpod_debugger.domain.observations import ClusterObservation
 from hyperpod_debugger.lifecycle import health
@@ -23,6 +24,7 @@ from hyperpod_debugger.lifecycle.findings import (
     plan_sweep,
 )
 from hyperpod_debugger.lifecycle.health import ClusterHealth
+from hyperpod_debugger.lifecycle.incidents import REPAIR_GRACE
 from hyperpod_debugger.lifecycle.rotation import RotationPlan, describe_node, node_of, plan_rotation
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.remediation import ladder
@@ -217,6 +219,8 @@ def sweep_cluster(
     settings: RotationSettings | Callable[[datetime], RotationSettings] | None,
     sweep_id: str,
     clock: Callable[[], datetime] | None = None,
+    incidents: IncidentsPort | None = None,
+    repair_grace: timedelta = REPAIR_GRACE,
 ) -> SweepResult:
     """One cluster of the sweep: its API checks (and, on Slurm, the controller's view) into the store, then
     this sweep's probe plan as batches (``settings`` None: no probes). The cluster step reads the whole
@@ -237,6 +241,18 @@ def sweep_cluster(
     result = SweepResult(
         "processed", report.cluster.name, arn, transitions, summary=report.summary.model_dump(), sweep_id=sweep_id
     )
+    if incidents is not None:
+        # the cluster step read the whole node list: it speaks for every node
+        reconcile(
+            report,
+            arn,
+            findings=store,
+            incidents=incidents,
+            now=now,
+            scope=None,
+            trigger=SWEEP.what,
+            repair_grace=repair_grace,
+        )
     held, probed_at = store.open_findings(arn), store.last_probed(arn)
     if obs.nodes.available:
         nodes = list(obs.nodes.value or ())
@@ -306,16 +322,34 @@ def batch_request(
 
 
 def probe_batch(
-    request: ProbeBatchRequest, *, probe: Callable[[ProbeBatchRequest], TriageReport], store: SweepStore
+    request: ProbeBatchRequest,
+    *,
+    probe: Callable[[ProbeBatchRequest], TriageReport],
+    store: SweepStore,
+    incidents: IncidentsPort | None = None,
+    repair_grace: timedelta = REPAIR_GRACE,
 ) -> BatchResult:
-    """Probe exactly the batch's nodes, write what changed for them, and remember when each was probed
-    (the rotation's clock)."""
+    """Probe exactly the batch's nodes, write what changed for them (and their incidents), and remember when
+    each was probed (the rotation's clock)."""
     assert request.now is not None
     report = probe(request)
     if report.error is not None:
         return BatchResult("error", request.cluster, error=report.error.message)
     plan = plan_sweep(store.open_findings(request.cluster), report, request.now, trigger=SWEEP)
     transitions = store.apply(plan, request.now)
+    if incidents is not None:
+        changed = [c.item.instance_id for c in plan.changes()]
+        scope = run_scope(report, changed, nodes=(n.instance_id for n in request.nodes))
+        reconcile(
+            report,
+            request.cluster,
+            findings=store,
+            incidents=incidents,
+            now=request.now,
+            scope=scope,
+            trigger=SWEEP.what,
+            repair_grace=repair_grace,
+        )
     probed = list(report.coverage.probed_nodes or [])
     store.record_probed(request.cluster, probed, request.now)
     return BatchResult("processed", request.cluster, len(request.nodes), probed, transitions)

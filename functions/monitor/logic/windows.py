@@ -5,14 +5,25 @@ event would read the whole cluster (one ListClusterNodes page per 100 nodes, the
 hundreds of times. Instead (``references/decisions.md``, 2026-12-02):
 
 1. The event function keeps each event in the findings table (one item per event, under the cluster) and
-   makes sure a *window* is open for the cluster: the first event of a quiet cluster opens one (a
-   conditional write, so exactly one opener) and schedules it on the window queue to run ``window_s``
-   later (an SQS message delay). Later events only add their item.
-2. When the window is due, the window function *claims* it (deletes the window record, so the next event
-   opens a new window), reads the cluster's kept events received since the window opened (an earlier
-   window's, still in its triage or retried, are left to it), and runs **one** triage: the cluster is read
-   once, every node the events named is probed (up to a cap; the rest are left to the sweep, which probes
-   suspects first) and gets HyperPod's verdict; then the events it handled are deleted.
+   makes sure a *window* is open for the cluster: an event that finds none opens one (a write conditional
+   on the cluster's window record being as the event last saw it, so exactly one opener) and schedules it on
+   the window queue (an SQS message delay) to run when it is due. Later events only add their item.
+2. When the window is due, the window function *claims* it (marks the record claimed, with the time: the
+   next event opens a new window), reads the cluster's kept events received since the window opened (an
+   earlier window's, still in its triage or retried, are left to it), and runs **one** triage: the cluster is
+   read once, every node the events named is probed (up to a cap; the rest are left to the sweep, which
+   probes suspects first) and gets HyperPod's verdict; then the events it handled are deleted.
+
+When a window is due (``references/decisions.md``, 2026-12-03, the leading edge):
+
+* On a *quiet* cluster (no window claimed within its cooldown, normally ``window_s``): an *urgent* event
+  (:func:`urgent`: a fault HyperPod reports on a node, an Error Cluster Event, a failed cluster) opens a
+  *leading* window due ``lead_s`` later (seconds: the rest of a burst that arrives with it joins); any other
+  event a window due ``window_s`` later, as before.
+* Otherwise the window is due when the cooldown since the last claim ends: a storm is read once per
+  ``window_s``. The leading window's read is paid back once: in a run that began with one, the window after
+  the first follow-up waits two windows, so a storm that outlasts two windows costs what it cost without a
+  leading edge (a five-minute storm: three cluster reads), and one shorter than that at most one more.
 
 Nothing is dropped: events are kept until a triage that handled them succeeded; a window whose message was
 lost is taken over by the next event once it is ``STALE_AFTER`` past due; a window with one node and nothing
@@ -24,21 +35,29 @@ Everything here is pure or takes its ports; the DynamoDB and SQS adapter is ``fu
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
+from functions.monitor.logic.incidents import IncidentsPort, reconcile, run_scope
 from functions.monitor.logic.signals import ClusterSignal, FindingsPort, Triage
 from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments
 from hyperpod_debugger.domain.observations import NodeHealthReport
 from hyperpod_debugger.lifecycle.findings import Transition, Trigger, iso, parse_iso, plan_sweep
+from hyperpod_debugger.lifecycle.incidents import REPAIR_GRACE
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.triage import TriageRequest
 
-#: How long a window gathers events before its triage runs (seconds). A storm of five minutes costs three
-#: cluster reads; a lone event is triaged this long after it arrived (plus the triage itself).
+#: How long a window gathers events before its triage runs, and the least time between two claimed windows
+#: of one cluster (seconds): a storm of five minutes costs three cluster reads.
 WINDOW_S = 100
+#: How long after an urgent event on a quiet cluster its leading window is due (seconds): the events of a burst
+#: that arrive with it (a rack, a switch) join it, and the first alert still comes in seconds.
+LEAD_S = 2
+#: Attempts at opening a window when the cluster's window record keeps changing under the event function.
+OPEN_ATTEMPTS = 5
 #: A window this long past due whose message never came (a lost send) is taken over by the next event.
 STALE_AFTER = timedelta(minutes=5)
 #: Nodes one window probes (the rest get HyperPod's verdict and the cluster's checks now, and their probe
@@ -50,13 +69,25 @@ WINDOW_PROBE_RATE = 0.5
 
 @dataclass(frozen=True)
 class Window:
-    """One open window of a cluster: the id its message carries, and when it is due."""
+    """One window of a cluster: the id its message carries, when it opened and when it is due; and its place
+    in its cluster's run of windows (what the cooldown after it is)."""
 
     cluster_arn: str
     region: str
     window_id: str
     opened_at: datetime
     due_at: datetime
+    #: 0 for the window opened on a quiet cluster, then 1, 2, ... while the cluster stays in cooldown
+    seq: int = 0
+    #: its run began with a leading window (an urgent event on a quiet cluster)
+    led: bool = False
+    #: after its claim, the seconds before the cluster's next window may be due
+    cooldown_s: int = WINDOW_S
+
+    @property
+    def leading(self) -> bool:
+        """Due at once: the window an urgent event opened on a quiet cluster."""
+        return self.led and self.seq == 0
 
     def message(self) -> dict[str, str]:
         return {
@@ -78,23 +109,54 @@ class Window:
         return cls(body["cluster_arn"], body["region"], body["window_id"], opened, due)
 
 
+@dataclass(frozen=True)
+class LastWindow:
+    """A cluster's latest window as the table holds it: still open, or claimed (its triage started then)."""
+
+    window: Window
+    claimed_at: datetime | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.claimed_at is None
+
+    def stale(self, now: datetime) -> bool:
+        """Open and so long past due that its message was lost: the next event takes it over."""
+        return self.open and self.window.due_at < now - STALE_AFTER
+
+    def cooldown_until(self) -> datetime | None:
+        """When the cluster may be read again (claimed windows only)."""
+        if self.claimed_at is None:
+            return None
+        return self.claimed_at + timedelta(seconds=self.window.cooldown_s)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What opening a window did: ``ok``, or the record the table held instead (None: no record)."""
+
+    ok: bool
+    found: LastWindow | None = None
+
+
 class WindowsPort(Protocol):
-    """Where kept events and open windows live (the findings table)."""
+    """Where kept events and the clusters' windows live (the findings table)."""
 
     def keep(self, cluster_arn: str, record: dict[str, Any], now: datetime) -> None:
         """Keep one event's record (a repeat of the same event id overwrites it)."""
 
-    def open(self, window: Window, *, stale_before: datetime) -> Window | None:
-        """Open ``window`` unless one is open that is not stale; the window opened, else None. A takeover of a
-        stale window starts where that one started (so it covers that window's events)."""
+    def open(self, window: Window, *, replacing: LastWindow | None) -> Opened:
+        """Write ``window`` as its cluster's window if the record is still ``replacing`` (None: no record);
+        else write nothing and say what the record is."""
 
-    def cancel(self, window: Window) -> None:
-        """Remove ``window``'s record (its message could not be sent), if it is still that window."""
+    def cancel(self, window: Window, *, restore: LastWindow | None) -> None:
+        """Undo opening ``window`` (its message could not be sent), if it is still that window: put ``restore``
+        back (None: remove the record)."""
 
-    def claim(self, window: Window) -> Literal["claimed", "gone", "superseded"]:
-        """Close ``window`` so the next event opens a new one: ``claimed``; ``gone`` when it was claimed before
-        (a repeat delivery, or a retry after a failed triage); ``superseded`` when another window took it over
-        (this message was late), starting where it started."""
+    def claim(self, window: Window, now: datetime) -> Literal["claimed", "gone", "superseded"]:
+        """Mark ``window`` claimed at ``now`` so the next event opens a new one: ``claimed``; ``gone`` when it was
+        claimed before (a repeat delivery, or a retry after a failed triage); ``superseded`` when another window
+        took it over (this message was late), starting where it started."""
 
     def kept(self, cluster_arn: str) -> list[dict[str, Any]]:
         """Every kept event record of the cluster, oldest first."""
@@ -171,9 +233,82 @@ def signal_of_record(record: dict[str, Any]) -> ClusterSignal:
         raise ValueError(f"a kept event record that cannot be read ({type(exc).__name__}: {exc})") from None
 
 
-def new_window(signal: ClusterSignal, now: datetime, window_s: int) -> Window:
+#: Where an urgent event comes from (``ClusterSignal.source``); a Node Health Event is urgent unless it
+#: reports the node healthy.
+NODE_HEALTH_SOURCE = "Node Health Event"
+URGENT_SOURCES = frozenset({"health-agent log record", "cluster event (error)", "cluster state change (failed)"})
+
+
+def urgent(signal: ClusterSignal) -> bool:
+    """An event that may mean a P0 fault, worth a triage at once on a quiet cluster: a Node Health Event that
+    does not report its node healthy, a health agent's (HMA) detection in the cluster's logs, an Error Cluster
+    Event, a Cluster State Change to Failed. Routine events (a node back to Healthy, a Warn Cluster Event,
+    other state changes) wait a full window, as before, so a cluster's routine churn spends no leading read."""
+    if signal.source == NODE_HEALTH_SOURCE:
+        return signal.health is None or signal.health.unhealthy
+    return signal.source.lower() in URGENT_SOURCES
+
+
+def cooldown_after(seq: int, led: bool, window_s: int) -> int:
+    """Seconds after the claim of a run's window ``seq`` before the next may be due: ``window_s``, but twice
+    that after the first follow-up of a run that began with a leading window (its read is paid back once)."""
+    return 2 * window_s if led and seq == 1 else window_s
+
+
+def _window_id(signal: ClusterSignal, now: datetime) -> str:
     digest = hashlib.sha256(f"{signal.cluster_arn}|{signal.event_id}|{iso(now)}".encode()).hexdigest()[:16]
-    return Window(signal.cluster_arn, signal.region, f"w-{digest}", now, now + timedelta(seconds=window_s))
+    return f"w-{digest}"
+
+
+def plan_window(
+    signal: ClusterSignal,
+    last: LastWindow | None,
+    now: datetime,
+    *,
+    window_s: int = WINDOW_S,
+    lead_s: int = LEAD_S,
+) -> Window | None:
+    """The window ``signal`` opens given its cluster's ``last`` window (None: the table has none), or None when
+    it joins the open one.
+
+    In cooldown (a window was claimed less than its cooldown ago) the window is due when the cooldown ends and
+    continues the run; otherwise the cluster is quiet and the window starts a run: due ``lead_s`` after an
+    urgent event (a leading window), ``window_s`` after any other. Taking over a lost window (open, stale)
+    starts where that one started, so it covers that window's events.
+    """
+    if last is not None and last.open and not last.stale(now):
+        return None
+    window_id = _window_id(signal, now)
+    until = last.cooldown_until() if last is not None else None
+    if last is not None and until is not None and now < until:
+        seq, led = last.window.seq + 1, last.window.led
+        return Window(
+            signal.cluster_arn,
+            signal.region,
+            window_id,
+            now,
+            until,
+            seq=seq,
+            led=led,
+            cooldown_s=cooldown_after(seq, led, window_s),
+        )
+    opened = last.window.opened_at if last is not None and last.open else now
+    lead = urgent(signal)
+    due = now + timedelta(seconds=min(lead_s, window_s) if lead else window_s)
+    return Window(
+        signal.cluster_arn,
+        signal.region,
+        window_id,
+        opened,
+        due,
+        seq=0,
+        led=lead,
+        cooldown_s=cooldown_after(0, lead, window_s),
+    )
+
+
+class WindowContention(RuntimeError):
+    """The cluster's window record changed under every attempt to open a window: the event is retried."""
 
 
 def enqueue(
@@ -183,28 +318,41 @@ def enqueue(
     queue: QueuePort,
     now: datetime,
     window_s: int = WINDOW_S,
+    lead_s: int = LEAD_S,
 ) -> dict[str, Any]:
-    """Keep the event for its cluster's window, opening (and scheduling) the window when none is open.
+    """Keep the event for its cluster's window, opening (and scheduling) a window when none is open
+    (:func:`plan_window` says when it is due).
 
-    Raises when the event cannot be kept or a window it opened cannot be scheduled (the opened window is
-    removed first): the event function fails, and EventBridge/Lambda retry it.
+    The first attempt assumes the cluster has no window record; a conditional write that finds one returns
+    it, and the window is planned again from it (no read before the write: the event function writes only).
+    Raises when the event cannot be kept, when the record changed under :data:`OPEN_ATTEMPTS` attempts, or
+    when a window it opened cannot be scheduled (the record is put back first): the event function fails,
+    and EventBridge/Lambda retry it.
     """
     windows.keep(signal.cluster_arn, record_of(signal, now), now)
-    window = windows.open(new_window(signal, now, window_s), stale_before=now - STALE_AFTER)
     out: dict[str, Any] = {
         "status": "queued",
         "event_id": signal.event_id,
         "cluster_arn": signal.cluster_arn,
         "node": signal.node,
     }
-    if window is None:
-        return {**out, "window": "joined the open window"}
+    last: LastWindow | None = None
+    for _ in range(OPEN_ATTEMPTS):
+        window = plan_window(signal, last, now, window_s=window_s, lead_s=lead_s)
+        if window is None:
+            return {**out, "window": "joined the open window"}
+        opened = windows.open(window, replacing=last)
+        if opened.ok:
+            break
+        last = opened.found
+    else:
+        raise WindowContention(f"the window record of {signal.cluster_arn} changed under {OPEN_ATTEMPTS} attempts")
     try:
-        queue.schedule(window, max(0, round((window.due_at - now).total_seconds())))
+        queue.schedule(window, max(0, math.ceil((window.due_at - now).total_seconds())))
     except Exception:
-        windows.cancel(window)
+        windows.cancel(window, restore=last)
         raise
-    return {**out, "window": window.window_id, "due_at": iso(window.due_at)}
+    return {**out, "window": window.window_id, "due_at": iso(window.due_at), "leading": window.leading}
 
 
 # --- one window ----------------------------------------------------------------------------------------
@@ -311,6 +459,8 @@ def handle_window(
     documents: SessionDocuments = NO_DOCUMENTS,
     max_nodes: int = WINDOW_PROBE_MAX_NODES,
     rate: float = WINDOW_PROBE_RATE,
+    incidents: IncidentsPort | None = None,
+    repair_grace: timedelta = REPAIR_GRACE,
 ) -> tuple[list[Transition], dict[str, Any]]:
     """Run the window's one triage and write what changed. Returns the transitions and what the triage
     did (for the log and the response): nodes named, probed, and not probed (not Running, or over the cap:
@@ -329,6 +479,19 @@ def handle_window(
     trigger, per_node = window_trigger(events)
     plan = plan_sweep(store.open_findings(cluster), report, now, trigger=trigger, node_triggers=per_node)
     transitions = store.apply(plan, now)
+    if incidents is not None and report.error is None:
+        changed = [c.item.instance_id for c in plan.changes()]
+        scope = run_scope(report, changed, node=request.node) if request.node else None
+        reconcile(
+            report,
+            cluster,
+            findings=store,
+            incidents=incidents,
+            now=now,
+            scope=scope,
+            trigger=trigger.what,
+            repair_grace=repair_grace,
+        )
     probed = set(report.coverage.probed_nodes or ())
     named = events.nodes
     summary = {
@@ -369,6 +532,7 @@ def run_window(
     windows: WindowsPort,
     run: Callable[[WindowEvents], dict[str, Any]],
     keep_unreadable: Callable[[list[dict[str, Any]]], None],
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """Claim the window, run its one triage over the cluster's kept events received since the window opened
     (an earlier window's events are that window's, even while its triage still runs), then forget them.
@@ -376,9 +540,11 @@ def run_window(
     ``run`` is the idempotent triage (keyed on the events it handles). A ``superseded`` message is stale
     (a newer window took over after this one's message went missing) and does nothing. Kept records that
     cannot be read go to ``keep_unreadable`` (the unprocessed-events queue) before they are forgotten.
-    Raises when the triage fails: the message is retried and the events stay kept.
+    Raises when the triage fails: the message is retried and the events stay kept. ``now`` is when the claim
+    happens (the cooldown runs from it); without it, the window's due time (a caller that delivers each
+    message when it is due, such as a simulation).
     """
-    claimed = windows.claim(window)
+    claimed = windows.claim(window, window.due_at if now is None else now)
     out: dict[str, Any] = {"cluster_arn": window.cluster_arn, "window": window.window_id, "claim": claimed}
     if claimed == "superseded":
         return {**out, "status": "superseded"}

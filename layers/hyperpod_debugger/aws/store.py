@@ -161,8 +161,19 @@ def to_item(finding: StoredFinding) -> dict[str, Any]:
         item["acknowledged_by"] = finding.acknowledged_by
     if finding.cluster_name:
         item["cluster_name"] = finding.cluster_name
-    item |= _trigger_attributes(finding)
+    item |= _trigger_attributes(finding) | _verdict_attributes(finding)
     return item
+
+
+def _verdict_attributes(finding: StoredFinding) -> dict[str, Any]:
+    """What the node's verdict (and so its incident) is built from; absent when unknown."""
+    named = {
+        "instance_group": finding.instance_group,
+        "node_action": finding.node_action,
+        "next_step": finding.next_step,
+        "root_cause": finding.root_cause,
+    }
+    return {k: v for k, v in named.items() if v}
 
 
 def _trigger_attributes(finding: StoredFinding) -> dict[str, Any]:
@@ -194,6 +205,10 @@ def from_item(item: dict[str, Any]) -> StoredFinding:
         trigger_kind=str(item["trigger_kind"]) if item.get("trigger_kind") else None,
         trigger=str(item["trigger"]) if item.get("trigger") else None,
         trigger_node=str(item["trigger_node"]) if item.get("trigger_node") else None,
+        instance_group=str(item["instance_group"]) if item.get("instance_group") else None,
+        node_action=str(item["node_action"]) if item.get("node_action") else None,
+        next_step=str(item["next_step"]) if item.get("next_step") else None,
+        root_cause=str(item["root_cause"]) if item.get("root_cause") else None,
     )
 
 
@@ -617,6 +632,9 @@ def _seen_attributes(item: StoredFinding) -> dict[str, Any]:
         sets["acknowledged_by"] = None
     if item.cluster_name:
         sets["cluster_name"] = item.cluster_name  # fills the name in on items stored before it was kept
+    sets |= {"node_action": item.node_action, "next_step": item.next_step, "root_cause": item.root_cause}
+    if item.instance_group:
+        sets["instance_group"] = item.instance_group
     return sets
 
 

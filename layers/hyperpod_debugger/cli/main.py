@@ -1,5 +1,5 @@
-"""``hyperpod-debugger``: triage | probe | analyze | findings | support-case | mcp | probe-script | demo | schema |
-iam-policy.
+"""``hyperpod-debugger``: triage | probe | analyze | findings | support-case | mcp | probe-script | runbook | demo |
+schema | iam-policy.
 
 Exit codes of ``triage``: 0 no P0/P1 problem; 1 a P0/P1 problem, missing credentials or
 cluster not found; 2 invalid arguments.
@@ -151,6 +151,10 @@ def _parser() -> argparse.ArgumentParser:
         help="the monitor's findings table the findings tools read (default $HYPERPOD_DEBUGGER_TABLE)",
     )
     sub.add_parser("probe-script", help="print the read-only on-node probe script (probe.sh)")
+    runbook = sub.add_parser(
+        "runbook", help="print a section of the packaged runbook (what an alert's '§ X' points at), or list them"
+    )
+    runbook.add_argument("section", nargs="?", help="a section id such as D or G.1.a (none: the list of sections)")
     schema = sub.add_parser("schema", help="print the JSON schema of the triage report (or of a finding event)")
     schema.add_argument(
         "--finding-event",
@@ -414,6 +418,26 @@ def cmd_probe_script(_: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_runbook(args: argparse.Namespace) -> int:
+    """The packaged runbook's section (alerts without a runbook URL point here), or the list of sections."""
+    from hyperpod_debugger.agent.runbook import UnknownSection, section_text
+    from hyperpod_debugger.domain.sections import RUNBOOK_PATH, SECTIONS
+
+    if not args.section:
+        sys.stdout.write("".join(f"§ {sid:6} {title}\n" for sid, title in SECTIONS.items()))
+        return 0
+    wanted = str(args.section).strip().removeprefix("§").strip()
+    try:
+        text, cut = section_text(wanted)
+    except UnknownSection as exc:
+        print(f"hyperpod-debugger: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    if cut:
+        sys.stdout.write(f"\n[… section cut here; the whole runbook: {RUNBOOK_PATH} in the package]\n")
+    return 0
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     if getattr(args, "finding_event", False):
         from hyperpod_debugger.notify import finding_event
@@ -462,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         "support-case": support_case_cli.cmd_support_case,
         "mcp": cmd_mcp,
         "probe-script": cmd_probe_script,
+        "runbook": cmd_runbook,
         "schema": cmd_schema,
         "iam-policy": cmd_iam_policy,
     }[args.command]

@@ -1,8 +1,12 @@
-"""How the sweep shares the account's StartSession budget (pure: the stack, the sweep's cluster step and the
+"""How the monitor shares the account's StartSession rate (pure: the stack, the sweep's cluster step and the
 sweep benchmark all use it).
 
-The stack fixes the budget (context ``startSessionRate``, about 3 calls a second per account, less a headroom)
-and how many clusters run at once; each cluster step takes its share when its checks end (:func:`share`).
+The account's rate (context ``startSessionRate``, about 3 calls a second) is split three ways: a reserve left
+to people's own Session Manager sessions (``startSessionReservePercent``, 34 % by default: one call a second of
+3), the event windows' probes (``EVENT_WINDOW_PROBE_RATE``, 0.5 a second) and the sweep, which gets the rest
+(1.48 a second by default). The stack fixes the sweep's part and how many clusters run at once; each cluster
+step takes its share when its checks end (:func:`share`). The probe runner also slows down on its own while
+Session Manager throttles (``hyperpod_debugger.probe.runner.SessionPace``), so people's sessions get through.
 """
 
 from __future__ import annotations
@@ -14,33 +18,73 @@ from dataclasses import dataclass
 WORKER_RATE = 1.0
 PROBE_TIMEOUT_S = 120
 
+#: The account's StartSession calls a second when ``startSessionRate`` is not set (infra/constants.py).
+ACCOUNT_RATE = 3.0
+#: The share of the account's rate the monitor leaves to people (``startSessionReservePercent``): an on-call
+#: engineer opening sessions during an incident must not compete with the sweep. 34 % of 3 is 1.02 a second,
+#: at least one session a second for people at the default rate.
+RESERVE_PERCENT = 34.0
+#: StartSession calls a second an event window's probes use: the stack gives it to the window function as
+#: ``EVENT_WINDOW_PROBE_RATE`` (``functions.shared.env.MonitorEnv``'s default and
+#: ``functions.monitor.logic.windows.WINDOW_PROBE_RATE`` are the same; a test keeps them equal). It comes out
+#: of the same unreserved part as the sweep's.
+EVENT_WINDOW_RATE = 0.5
+
 
 @dataclass(frozen=True)
 class SweepSettings:
-    """What the stack fixes at deploy time: the account's budget and how many clusters run at once. Rates,
-    workers, batch sizes and rounds are decided at run time (:func:`share`)."""
+    """What the stack fixes at deploy time: the account's rate, the share reserved for people, the event
+    windows' part and how many clusters run at once. Rates, workers, batch sizes and rounds are decided at run
+    time (:func:`share`). Raises ``ValueError`` naming the setting when they leave the sweep nothing."""
 
     start_session_rate: float
     cluster_concurrency: int
+    reserve_percent: float = RESERVE_PERCENT
+    window_rate: float = EVENT_WINDOW_RATE
 
     def __post_init__(self) -> None:
         if self.start_session_rate <= 0 or self.cluster_concurrency < 1:
             raise ValueError("startSessionRate must be > 0 and sweepClusterConcurrency >= 1")
+        if not 0 <= self.reserve_percent < 100:
+            raise ValueError(
+                "startSessionReservePercent (the share of startSessionRate left to people's own Session Manager "
+                f"sessions) must be at least 0 and below 100, got {self.reserve_percent:g}"
+            )
+        if self.window_rate < 0:
+            raise ValueError(f"the event windows' probe rate must not be negative, got {self.window_rate:g}")
+        if self.usable_rate <= 0:
+            raise ValueError(
+                f"startSessionReservePercent {self.reserve_percent:g} leaves {self.unreserved_rate:.2f} of the "
+                f"{self.start_session_rate:g} StartSession calls a second of startSessionRate, no more than the "
+                f"event windows' {self.window_rate:g}/s: nothing is left for the sweep. Lower "
+                "startSessionReservePercent or raise startSessionRate (to the account's real rate)"
+            )
+
+    @property
+    def reserved_rate(self) -> float:
+        """StartSession calls a second the monitor never uses: people's."""
+        return self.start_session_rate * self.reserve_percent / 100
+
+    @property
+    def unreserved_rate(self) -> float:
+        """What the sweep and the event windows use together, at most."""
+        return self.start_session_rate - self.reserved_rate
 
     @property
     def usable_rate(self) -> float:
-        return usable_rate(self.start_session_rate)
+        """The sweep's part, shared at run time among the clusters it runs at once."""
+        return usable_rate(self.start_session_rate, self.reserve_percent, self.window_rate)
 
 
 # --------------------------------------------------------------------------- the share at run time
 
-#: The share of the account's StartSession budget the sweep leaves for people's own sessions.
-SESSION_HEADROOM = 0.1
 
-
-def usable_rate(start_session_rate: float) -> float:
-    """What the sweep may use of ``start_session_rate`` (the account's budget, ``startSessionRate``)."""
-    return start_session_rate * (1 - SESSION_HEADROOM)
+def usable_rate(
+    start_session_rate: float, reserve_percent: float = RESERVE_PERCENT, window_rate: float = EVENT_WINDOW_RATE
+) -> float:
+    """What the sweep may use of ``start_session_rate`` (the account's rate, ``startSessionRate``): what the
+    reserve for people leaves, less the event windows' part. May be zero or less (``SweepSettings`` refuses)."""
+    return start_session_rate * (1 - reserve_percent / 100) - window_rate
 
 
 #: The longest a probe Lambda may live (Lambda stops it at 15 minutes), less a margin.
@@ -97,7 +141,7 @@ def share(
 ) -> ClusterShare:
     """This cluster's share of the account's StartSession budget for the sweep under way.
 
-    ``usable_rate``: the budget less the headroom left for people's own sessions; ``clusters``: how many
+    ``usable_rate``: the sweep's part of the account's rate (:func:`usable_rate`); ``clusters``: how many
     clusters this sweep covers; ``cluster_concurrency``: how many run at once (so one cluster alone gets the
     whole budget); ``elapsed_s``: the sweep's age when the cluster step ended.
     """

@@ -159,6 +159,12 @@ class StoredFinding:
     trigger_kind: str | None = None
     trigger: str | None = None
     trigger_node: str | None = None
+    #: What the node's verdict is built from (items stored before these were kept read as None): the
+    #: instance group, the rung the evidence asks for, the one-line next step, and the likely cause stated
+    instance_group: str | None = None
+    node_action: str | None = None
+    next_step: str | None = None
+    root_cause: str | None = None
 
     @property
     def node(self) -> str:
@@ -288,6 +294,10 @@ def _image(fp: str, cluster: str, finding: Finding, now: str, cluster_name: str 
         evidence=bounded_evidence(finding.evidence),
         suggested_commands=tuple(c.model_dump(mode="json") for c in finding.suggested_commands),
         version=1,
+        instance_group=finding.instance_group,
+        node_action=finding.node_action,
+        next_step=finding.next_step,
+        root_cause=finding.root_cause,
     )
 
 
@@ -306,6 +316,10 @@ def _seen_again(previous: StoredFinding, finding: Finding, now: str, state: Stat
         version=previous.version + 1,
         acknowledged_by=previous.acknowledged_by if state is State.ACKNOWLEDGED else None,
         cluster_name=previous.cluster_name or finding.cluster_name,
+        instance_group=finding.instance_group or previous.instance_group,
+        node_action=finding.node_action,
+        next_step=finding.next_step,
+        root_cause=finding.root_cause,
     )
 
 

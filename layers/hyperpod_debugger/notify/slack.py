@@ -1,13 +1,16 @@
-"""Deliver a rendered message to a Slack incoming webhook, with bounded retries.
+"""Deliver a rendered message to a Slack incoming webhook.
 
 The webhook URL is a secret (it lives in Secrets Manager): it never appears in a log record or in
 an exception. Logs name the webhook by :func:`webhook_id`, a short hash. Exceptions are raised
 without a chained cause, so a logged traceback cannot carry the URL either.
 
-Retry policy: 429 (honouring ``Retry-After``), 5xx and connection errors are retried with
-exponential backoff; any other non-2xx status fails at once. After the last attempt a
-:class:`DeliveryError` is raised; the caller lets the stream record fail so the queue retries it
-and finally lands it in the DLQ (no notice is lost).
+One attempt by default: the monitor's courier paces each webhook and retries through its queue, so a
+retry here would only post out of turn. ``attempts`` above one retries 5xx and connection errors with
+exponential backoff, for a caller without a queue. A 429 is never retried here: Slack's
+``Retry-After`` concerns every sender on the webhook, so it is raised at once, in
+:attr:`DeliveryError.retry_after`, for the caller to hold the whole webhook back. Any other non-2xx
+status fails at once. The caller decides what a :class:`DeliveryError` means (the courier: the message
+waits in the outbox, or goes to its dead-letter queue when Slack refused it as such).
 """
 
 from __future__ import annotations
@@ -52,8 +55,6 @@ for _name in ("urllib3.connectionpool", "urllib3.poolmanager", "urllib3.connecti
     if not any(isinstance(f, _RedactWebhooks) for f in _log.filters):
         _log.addFilter(_REDACT)
 
-#: Never wait longer than this for one Retry-After, so a Lambda stays well inside its timeout.
-MAX_RETRY_AFTER = 60.0
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -111,11 +112,12 @@ def post_to_webhook(
     payload: dict[str, Any],
     *,
     timeout: float = 10,
-    attempts: int = 3,
+    attempts: int = 1,
     backoff: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """POST ``payload`` as JSON to the webhook; return on 2xx, raise :class:`DeliveryError` otherwise."""
+    """POST ``payload`` as JSON to the webhook; return on 2xx, raise :class:`DeliveryError` otherwise (a 429
+    at once, with Slack's ``Retry-After``)."""
     _check_url(url)
     hook = webhook_id(url)
     path = urlsplit(url).path
@@ -126,7 +128,6 @@ def post_to_webhook(
     http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout))
     status: int | None = None
     reason = ""
-    retry_after: float | None = None
     attempts = max(attempts, 1)
     try:
         for attempt in range(1, attempts + 1):
@@ -141,18 +142,20 @@ def post_to_webhook(
                 )
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 # str(exc) may name the URL (host and path): keep only the class name.
-                status, reason, retry_after = None, f"connection error ({type(exc).__name__})", None
+                status, reason = None, f"connection error ({type(exc).__name__})"
             else:
                 status = response.status
                 if 200 <= status < 300:
                     logger.info("slack delivery to %s succeeded (status %s, attempt %d)", hook, status, attempt)
                     return
                 reason = _body_excerpt(response, url)
-                retry_after = _retry_after(response) if status == 429 else None
                 if status == 429:
-                    if retry_after is not None:
-                        wait = min(retry_after, MAX_RETRY_AFTER)
-                elif status < 500:
+                    retry_after = _retry_after(response)
+                    logger.warning(
+                        "slack delivery to %s rate limited (attempt %d, Retry-After %s)", hook, attempt, retry_after
+                    )
+                    raise DeliveryError(status, reason, retry_after=retry_after)
+                if status < 500:
                     logger.error("slack delivery to %s rejected: status %s: %s", hook, status, reason)
                     raise DeliveryError(status, reason)
             if attempt < attempts:
@@ -169,4 +172,4 @@ def post_to_webhook(
     finally:
         http.clear()
     logger.error("slack delivery to %s failed after %d attempts (status %s: %s)", hook, attempts, status, reason)
-    raise DeliveryError(status, f"{reason} after {attempts} attempts", retry_after=retry_after)
+    raise DeliveryError(status, f"{reason} after {attempts} attempts")

@@ -1,12 +1,16 @@
-"""From a stored finding (the findings table) back to what the renderers take: shared by the stream
-notifier Lambda and the demo, so both show exactly the same messages."""
+"""From a stored finding (the findings table) back to a :class:`Finding`: what the incidents are built from
+(every run that reconciles them, and the stream notifier's finding events), the same everywhere."""
 
 from __future__ import annotations
 
-from hyperpod_debugger.domain.model import Finding, SuggestedCommand
+from typing import get_args
+
+from hyperpod_debugger.domain.model import Finding, NodeAction, SuggestedCommand
 from hyperpod_debugger.domain.validate import region_of_arn
-from hyperpod_debugger.lifecycle.findings import NOTIFYING, StoredFinding, TransitionKind, parse_iso
-from hyperpod_debugger.notify.messages import Notice
+from hyperpod_debugger.lifecycle.findings import StoredFinding
+
+#: the node actions a stored finding may carry (another value, from a newer layer, reads as none)
+_ACTIONS = frozenset(get_args(NodeAction))
 
 
 def cluster_label(cluster_arn: str, cluster_name: str | None = None) -> str:
@@ -30,25 +34,10 @@ def to_finding(stored: StoredFinding) -> Finding:
         cluster_arn=stored.cluster_arn,
         cluster_name=cluster_label(stored.cluster_arn, stored.cluster_name),
         instance_id=stored.instance_id,
+        instance_group=stored.instance_group,
         evidence=list(stored.evidence),
         suggested_commands=[SuggestedCommand.model_validate(c) for c in stored.suggested_commands],
-    )
-
-
-def notice_of(kind: TransitionKind, at: str, stored: StoredFinding, region: str) -> Notice:
-    """The notice for one notifying transition (NEW, ESCALATED, RESOLVED, REOPENED) of a stored finding."""
-    if kind not in NOTIFYING:
-        raise ValueError(f"{kind.value} transitions are not notified")
-    return Notice(
-        transition=kind.value,  # type: ignore[arg-type]  # NOTIFYING kinds only
-        finding=to_finding(stored),
-        first_seen=parse_iso(stored.first_seen),
-        last_seen=parse_iso(stored.last_seen),
-        count=stored.count,
-        cluster_name=cluster_label(stored.cluster_arn, stored.cluster_name),
-        region=region_of(stored.cluster_arn, region),
-        resolved_at=parse_iso(at) if kind is TransitionKind.RESOLVED else None,
-        trigger=stored.trigger,
-        trigger_kind=stored.trigger_kind,
-        trigger_node=stored.trigger_node,
+        node_action=stored.node_action if stored.node_action in _ACTIONS else None,
+        next_step=stored.next_step,
+        root_cause=stored.root_cause,
     )

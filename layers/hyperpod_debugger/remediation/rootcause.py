@@ -89,8 +89,9 @@ def reference(f: Finding) -> str:
     return f"{f.message} (§ {f.section})" if f.section else f.message
 
 
-def link_causes(findings: list[Finding]) -> list[Finding]:
-    """The findings with ``caused_by`` / ``explains`` set from :data:`RULES` (recomputed from scratch)."""
+def root_causes(findings: list[Finding]) -> dict[int, int]:
+    """Index of each effect → index of its root cause (the end of the chain of :data:`RULES`); a finding
+    that nothing explains is not a key."""
     direct: dict[int, int] = {}
     for rule in RULES:
         for effect, cause in rule(findings):
@@ -104,7 +105,12 @@ def link_causes(findings: list[Finding]) -> list[Finding]:
             seen.add(i)
         return i
 
-    roots = {effect: root(effect) for effect in direct}
+    return {effect: root(effect) for effect in direct}
+
+
+def link_causes(findings: list[Finding]) -> list[Finding]:
+    """The findings with ``caused_by`` / ``explains`` set from :data:`RULES` (recomputed from scratch)."""
+    roots = root_causes(findings)
     explains: dict[int, list[str]] = {}
     for effect, cause in sorted(roots.items()):
         explains.setdefault(cause, []).append(reference(findings[effect]))

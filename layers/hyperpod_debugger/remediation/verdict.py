@@ -43,7 +43,8 @@ def state_of(finding: Finding) -> VerdictState:
     return "watch"
 
 
-def _weight(finding: Finding) -> tuple[int, int, int]:
+def weight(finding: Finding) -> tuple[int, int, int]:
+    """How much one finding weighs in its node's verdict (the heaviest decides)."""
     priority = {"P0": 0, "P1": 1, "P2": 2}.get(str(finding.priority), 3)
     return (RANK[state_of(finding)], finding.tag is Tag.FAIL, -priority)
 
@@ -68,7 +69,7 @@ def node_verdicts(
             by_node.setdefault(f.instance_id, []).append(f)
     out: list[NodeVerdict] = []
     for iid, mine in by_node.items():
-        ranked = sorted(mine, key=_weight, reverse=True)
+        ranked = sorted(mine, key=weight, reverse=True)
         top = ranked[0]
         state: VerdictState = state_of(top)
         hyperpod = recovering.get(iid)
