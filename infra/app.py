@@ -1,14 +1,17 @@
-"""CDK entry point (`cdk.json`: `python -m infra.app`); also runnable without the CLI (`CDK_OUTDIR=cdk.out`)."""
+"""CDK entry point: `cdk.json` runs `.venv/bin/python -m infra.app`, so `npx cdk deploy -c key=value …`
+synthesizes with those settings (infra/settings.py); also runnable without the CLI (`CDK_OUTDIR=cdk.out`)."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 import aws_cdk as cdk  # noqa: E402
 
 from infra.constants import STACK_NAME  # noqa: E402
+from infra.settings import SettingsError  # noqa: E402
 from infra.stack import HyperPodDebuggerStack  # noqa: E402
 
 
@@ -22,7 +25,11 @@ def build_app(context: dict | None = None, outdir: str | None = None) -> tuple[c
 
 
 def main() -> None:
-    app, _ = build_app()
+    try:
+        app, _ = build_app()
+    except SettingsError as exc:
+        # the settings' own words, without a traceback: each line names a key and what it takes
+        sys.exit(f"{STACK_NAME}: the stack's settings are not right, nothing was synthesized:\n{exc}")
     app.synth()
 
 

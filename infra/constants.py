@@ -25,7 +25,7 @@ EVENT_WINDOW_HANDLER = "functions.monitor.handlers.windows.handler"
 
 # EventBridge: HyperPod's source, detail-types and the rule patterns live in hyperpod_debugger.domain.eventbridge.
 
-# Context keys (cdk.json / -c key=value) and their defaults.
+# Context keys (cdk.json / -c key=value) and their defaults; infra/settings.py reads and checks them all.
 CTX_SCHEDULE = "sweepSchedule"
 CTX_START_SESSION_RATE = "startSessionRate"
 CTX_CLUSTER_CONCURRENCY = "sweepClusterConcurrency"
@@ -83,7 +83,15 @@ DEFAULT_UNKNOWN_SHARE_ALARM_PERCENT = 20
 #: The Slack webhook secret is named by the operator (`-c slackSecretName=…`); none: no Slack channel.
 DEFAULT_SLACK_SECRET_NAME = ""
 DEFAULT_LOG_RETENTION_DAYS = 30
+#: Days a resolved finding, a resolved incident and their history records stay in the findings table before
+#: DynamoDB's TTL removes them (the functions' FINDINGS_TTL_DAYS; hyperpod_debugger.aws.store.HISTORY_TTL).
 DEFAULT_FINDINGS_TTL_DAYS = 90
+MIN_FINDINGS_TTL_DAYS = 1
+MAX_FINDINGS_TTL_DAYS = 3650
+DEFAULT_SESSION_DOCUMENTS = "pinned"
+DEFAULT_CHAT_NOTIFICATIONS = False
+#: No runbook URL: messages name the section and `hyperpod-debugger runbook <section>` prints it.
+DEFAULT_RUNBOOK_BASE_URL = ""
 #: The marker every HMA detection record carries (see hyperpod_debugger.checks.logs.HMA_MARKER).
 DEFAULT_HMA_FILTER_PATTERN = "HealthMonitoringAgentDetectionEvent"
 

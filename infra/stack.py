@@ -2,137 +2,21 @@
 
 from __future__ import annotations
 
-import json
-import pathlib
-import re
-
 import aws_cdk as cdk
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-from hyperpod_debugger.lifecycle.budget import SweepSettings
 from infra import constants as c
 from infra.constructs.detection import Detection, monitor_metric, route_unprocessed
 from infra.constructs.findings import FindingsStore
-from infra.constructs.hma_subscription import HmaSubscription, cluster_log_groups
+from infra.constructs.hma_subscription import HmaSubscription
 from infra.constructs.kubernetes_access import KubernetesReadAccess
-from infra.constructs.notifications import AlertSettings, Notifications, alarm
+from infra.constructs.notifications import Notifications, alarm
 from infra.constructs.observability import Observability
 from infra.constructs.session_documents import SessionAccess
 from infra.constructs.sweep import Sweep
-
-
-def _context_list(scope: Construct, key: str) -> list[str]:
-    """A context value given as a list, a JSON list, or a comma-separated string (`-c key=a,b`)."""
-    value = scope.node.try_get_context(key)
-    if value in (None, ""):
-        return []
-    if isinstance(value, str):
-        value = value.strip()
-        if value.startswith("["):
-            value = json.loads(value)
-        else:
-            value = value.split(",")
-    return [str(v).strip() for v in value if str(v).strip()]
-
-
-def _context_value(scope: Construct, key: str, default):
-    value = scope.node.try_get_context(key)
-    return default if value in (None, "") else value
-
-
-def _context_number(scope: Construct, key: str, default: float) -> float:
-    value = _context_value(scope, key, default)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{key} must be a number, got {value!r}") from None
-
-
-_RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
-
-
-def schedule_interval(expression: str) -> cdk.Duration:
-    """The time between sweeps, from a ``rate(...)`` expression (the rotation needs it to plan coverage)."""
-    match = _RATE.match(expression.strip())
-    if not match:
-        raise ValueError(
-            f"{c.CTX_SCHEDULE} must be a rate expression such as 'rate(15 minutes)' (the probe rotation plans "
-            f"from the interval), got {expression!r}"
-        )
-    count, unit = int(match.group(1)), match.group(2).rstrip("s")
-    if count < 1:
-        raise ValueError(f"{c.CTX_SCHEDULE} needs a positive interval, got {expression!r}")
-    return {"minute": cdk.Duration.minutes, "hour": cdk.Duration.hours, "day": cdk.Duration.days}[unit](count)
-
-
-_RETENTION = {
-    7: logs.RetentionDays.ONE_WEEK,
-    14: logs.RetentionDays.TWO_WEEKS,
-    30: logs.RetentionDays.ONE_MONTH,
-    90: logs.RetentionDays.THREE_MONTHS,
-    180: logs.RetentionDays.SIX_MONTHS,
-    365: logs.RetentionDays.ONE_YEAR,
-}
-
-
-def _retention(days: int) -> logs.RetentionDays:
-    if days not in _RETENTION:
-        raise ValueError(f"{c.CTX_LOG_RETENTION_DAYS} must be one of {sorted(_RETENTION)}, got {days}")
-    return _RETENTION[days]
-
-
-_PRIORITIES = ("P0", "P1", "P2")
-#: the daily-summary channel names people write, and the channels' own names
-_CHANNEL_NAMES = {"email": "sns", "slack": "slack", "chat": "chatbot"}
-
-
-def _priority(scope: Construct, key: str, default: str) -> str:
-    value = str(_context_value(scope, key, default)).strip().upper()
-    if value not in _PRIORITIES:
-        raise ValueError(f"{key} must be P0, P1 or P2, got {value!r}")
-    return value
-
-
-def _bounded(scope: Construct, key: str, default: int, low: int, high: int) -> int:
-    value = _context_number(scope, key, default)
-    if value != int(value) or not low <= value <= high:
-        raise ValueError(f"{key} must be a whole number from {low} to {high}, got {value:g}")
-    return int(value)
-
-
-def alert_settings(scope: Construct) -> AlertSettings:
-    """The alert policy from context, each value checked (a bad one fails the synth, naming the key)."""
-    everywhere = _priority(scope, c.CTX_ALERT_MIN_PRIORITY, c.DEFAULT_ALERT_MIN_PRIORITY)
-    channels = [
-        name.strip().lower()
-        for name in str(_context_value(scope, c.CTX_DAILY_SUMMARY_CHANNELS, c.DEFAULT_DAILY_SUMMARY_CHANNELS)).split(
-            ","
-        )
-        if name.strip() and name.strip().lower() != "none"
-    ]
-    unknown = [name for name in channels if name not in _CHANNEL_NAMES]
-    if unknown:
-        raise ValueError(
-            f"{c.CTX_DAILY_SUMMARY_CHANNELS} names channels of {sorted(_CHANNEL_NAMES)} (or none), got {unknown}"
-        )
-    chat = str(_context_value(scope, c.CTX_CHAT_NOTIFICATIONS, "false")).strip().lower()
-    if chat not in ("true", "false"):
-        raise ValueError(f"{c.CTX_CHAT_NOTIFICATIONS} must be true or false, got {chat!r}")
-    return AlertSettings(
-        slack_min_priority=_priority(scope, c.CTX_SLACK_MIN_PRIORITY, everywhere),
-        email_min_priority=_priority(scope, c.CTX_EMAIL_MIN_PRIORITY, everywhere),
-        chat_min_priority=_priority(scope, c.CTX_CHAT_MIN_PRIORITY, everywhere),
-        group_wait_s=_bounded(scope, c.CTX_ALERT_GROUP_WAIT_SECONDS, c.DEFAULT_ALERT_GROUP_WAIT_SECONDS, 0, 300),
-        group_interval_s=_bounded(
-            scope, c.CTX_ALERT_GROUP_INTERVAL_SECONDS, c.DEFAULT_ALERT_GROUP_INTERVAL_SECONDS, 10, 900
-        ),
-        daily_hour_utc=_bounded(scope, c.CTX_DAILY_SUMMARY_HOUR_UTC, c.DEFAULT_DAILY_SUMMARY_HOUR_UTC, 0, 23),
-        daily_channels=tuple(_CHANNEL_NAMES[name] for name in channels),
-        chat_topic=chat == "true",
-    )
+from infra.settings import StackSettings
 
 
 class HyperPodDebuggerStack(cdk.Stack):
@@ -141,11 +25,8 @@ class HyperPodDebuggerStack(cdk.Stack):
 
     def __init__(self, scope: Construct, construct_id: str, **kwargs) -> None:
         super().__init__(scope, construct_id, description="Read-only health monitor for SageMaker HyperPod", **kwargs)
-        self.start_session_rate = int(_context_value(self, c.CTX_START_SESSION_RATE, c.DEFAULT_START_SESSION_RATE))
-        if self.start_session_rate < 1:
-            raise ValueError(f"{c.CTX_START_SESSION_RATE} must be >= 1, got {self.start_session_rate}")
-        allowlist = _context_list(self, c.CTX_CLUSTER_ALLOWLIST)
-        retention = _retention(int(_context_value(self, c.CTX_LOG_RETENTION_DAYS, c.DEFAULT_LOG_RETENTION_DAYS)))
+        # every setting, read once from the context and checked (a bad one stops the synth, naming its key)
+        self.settings = settings = StackSettings.from_context(self.node)
         self.layer = self._build_layer()
 
         self.findings = FindingsStore(self, "FindingsStore")
@@ -155,35 +36,24 @@ class HyperPodDebuggerStack(cdk.Stack):
             table=self.findings.table,
             idempotency_table=self.findings.idempotency_table,
             layer=self.layer,
-            alert_emails=_context_list(self, c.CTX_ALERT_EMAILS),
-            slack_secret_name=str(_context_value(self, c.CTX_SLACK_SECRET_NAME, c.DEFAULT_SLACK_SECRET_NAME)).strip()
-            or None,
-            runbook_base_url=str(_context_value(self, c.CTX_RUNBOOK_BASE_URL, "")),
-            event_bus=self._findings_event_bus(),
-            policy=alert_settings(self),
+            alert_emails=settings.alert_emails,
+            slack_secret_name=settings.slack_secret_name or None,
+            runbook_base_url=settings.runbook_base_url,
+            event_bus=settings.findings_event_bus,
+            policy=settings.alert_settings,
+            log_retention=settings.log_retention,
         )
-        schedule = str(_context_value(self, c.CTX_SCHEDULE, c.DEFAULT_SCHEDULE))
-        period_hours = float(_context_value(self, c.CTX_PROBE_PERIOD_HOURS, c.DEFAULT_PROBE_PERIOD_HOURS))
-        if period_hours <= 0:
-            raise ValueError(f"{c.CTX_PROBE_PERIOD_HOURS} must be > 0, got {period_hours}")
-        probe_period = cdk.Duration.minutes(round(period_hours * 60))
         self.sweep = Sweep(
             self,
             "Sweep",
             table=self.findings.table,
             idempotency_table=self.findings.idempotency_table,
             layer=self.layer,
-            settings=SweepSettings(
-                self.start_session_rate,
-                int(_context_value(self, c.CTX_CLUSTER_CONCURRENCY, c.DEFAULT_CLUSTER_CONCURRENCY)),
-                reserve_percent=_context_number(
-                    self, c.CTX_START_SESSION_RESERVE_PERCENT, c.DEFAULT_START_SESSION_RESERVE_PERCENT
-                ),
-            ),
-            interval=schedule_interval(schedule),
-            probe_period=probe_period,
-            cluster_allowlist=allowlist,
-            log_retention=retention,
+            settings=settings.sweep_budget,
+            interval=settings.sweep_interval,
+            probe_period=settings.probe_period,
+            cluster_allowlist=settings.cluster_allowlist,
+            log_retention=settings.log_retention,
         )
         self.detection = Detection(
             self,
@@ -192,58 +62,48 @@ class HyperPodDebuggerStack(cdk.Stack):
             idempotency_table=self.findings.idempotency_table,
             layer=self.layer,
             state_machine=self.sweep.state_machine,
-            schedule_expression=schedule,
-            cluster_allowlist=allowlist,
-            log_retention=retention,
+            schedule_expression=settings.sweep_schedule,
+            cluster_allowlist=settings.cluster_allowlist,
+            log_retention=settings.log_retention,
             alarm_topic=self.notifications.topic,
-            window_seconds=int(_context_value(self, c.CTX_EVENT_WINDOW_SECONDS, c.DEFAULT_EVENT_WINDOW_SECONDS)),
+            window_seconds=settings.event_window_seconds,
         )
         # the windows' probes come out of the same unreserved part of the account's rate as the sweep's
         self.detection.window_function.function.add_environment(
             "EVENT_WINDOW_PROBE_RATE", f"{self.sweep.settings.window_rate:g}"
         )
-        self.hma_subscription = self._build_hma_subscription(allowlist, retention)
+        self.hma_subscription = self._build_hma_subscription()
         self.observability = Observability(
             self,
             "Observability",
             topic=self.notifications.topic,
             state_machine=self.sweep.state_machine,
             interval=self.sweep.interval,
-            probe_period=probe_period,
+            probe_period=settings.probe_period,
             rules=[*self.detection.rules.values(), self.detection.schedule, self.notifications.daily_rule],
             sweep_log_group=self.sweep.function.log_group,
-            unknown_share_percent=_context_number(
-                self, c.CTX_UNKNOWN_SHARE_ALARM_PERCENT, c.DEFAULT_UNKNOWN_SHARE_ALARM_PERCENT
-            ),
+            unknown_share_percent=settings.unknown_share_alarm_percent,
             other_alarms=[
                 *self.notifications.alarms.values(),
                 *self.detection.alarms.values(),
                 *(self.hma_subscription.alarms.values() if self.hma_subscription else ()),
             ],
         )
-        self.sessions = SessionAccess(
-            self,
-            "SessionAccess",
-            mode=str(_context_value(self, c.CTX_SESSION_DOCUMENTS, "pinned")),  # type: ignore[arg-type]
-        )
+        self.sessions = SessionAccess(self, "SessionAccess", mode=settings.session_documents)
         for function in self.probing_functions:
             self.sessions.grant(function)
         self.kubernetes_access = self._build_kubernetes_access()
-        grace = _bounded(self, c.CTX_REPAIR_GRACE_MINUTES, c.DEFAULT_REPAIR_GRACE_MINUTES, 5, 24 * 60)
         for function in self.triaging_functions:
             # how long HyperPod may repair a node before its incident is paged anyway
-            function.function.add_environment("REPAIR_GRACE_S", str(grace * 60))
+            function.function.add_environment("REPAIR_GRACE_S", str(settings.repair_grace_minutes * 60))
+            # how long resolved findings, incidents and their history stay in the table (its TTL attribute)
+            function.function.add_environment("FINDINGS_TTL_DAYS", str(settings.findings_ttl_days))
         self._build_outputs()
         self._add_security_checks()
 
-    def _findings_event_bus(self) -> str | None:
-        """The bus finding events go on (context ``findingsEventBus``; ``none`` puts none)."""
-        bus = str(_context_value(self, c.CTX_FINDINGS_EVENT_BUS, c.DEFAULT_FINDINGS_EVENT_BUS)).strip()
-        return None if bus.lower() == c.FINDINGS_EVENT_BUS_OFF else bus
-
     @property
     def triaging_functions(self) -> list:
-        """Every function that runs a triage and so brings the incidents up to date."""
+        """Every function that runs a triage and so writes findings and brings the incidents up to date."""
         functions = [self.detection.function, *self.probing_functions]
         return functions + ([self.hma_subscription.function] if self.hma_subscription else [])
 
@@ -254,31 +114,30 @@ class HyperPodDebuggerStack(cdk.Stack):
 
     def _build_kubernetes_access(self) -> KubernetesReadAccess | None:
         """Read-only access entries on the listed EKS clusters for every function that runs a triage."""
-        clusters = _context_list(self, c.CTX_EKS_CLUSTERS)
+        clusters = self.settings.eks_clusters
         if not clusters:
             return None
         readers = {"EventWindow": self.detection.window_function.role, "SweepCluster": self.sweep.function.role}
         return KubernetesReadAccess(self, "KubernetesReadAccess", eks_clusters=clusters, readers=readers)
 
-    def _build_hma_subscription(self, allowlist: list[str], retention: logs.RetentionDays) -> HmaSubscription | None:
+    def _build_hma_subscription(self) -> HmaSubscription | None:
         """A subscription filter per listed cluster log group (at most 2 filters per group in CloudWatch Logs)."""
-        log_groups = cluster_log_groups(_context_list(self, c.CTX_CLUSTER_LOG_GROUPS), allowlist)
+        log_groups = self.settings.log_groups
         if not log_groups:
             return None
         # Default: the literal term every HMA detection record carries, so only detections wake the
         # Lambda; the agent's other lines and the lifecycle-script streams of the same group are not
         # delivered (and not paid for). A pattern matches message text, not stream names.
-        pattern = str(_context_value(self, c.CTX_HMA_FILTER_PATTERN, c.DEFAULT_HMA_FILTER_PATTERN))
         subscription = HmaSubscription(
             self,
             "HmaSubscription",
             log_groups=log_groups,
-            filter_pattern=pattern,
+            filter_pattern=self.settings.hma_filter_pattern,
             table=self.findings.table,
             idempotency_table=self.findings.idempotency_table,
             layer=self.layer,
-            cluster_allowlist=allowlist,
-            log_retention=retention,
+            cluster_allowlist=self.settings.cluster_allowlist,
+            log_retention=self.settings.log_retention,
             window_queue=self.detection.window_queue,
             window_seconds=self.detection.window_seconds,
         )
@@ -304,7 +163,7 @@ class HyperPodDebuggerStack(cdk.Stack):
 
     def _build_layer(self) -> lambda_.LayerVersion:
         """Dependencies + the core package, built offline by `make layer` into build/layer/python."""
-        layer_dir = pathlib.Path(str(_context_value(self, c.CTX_LAYER_DIR, c.LAYER_DIR)))
+        layer_dir = self.settings.layer_dir
         if not (layer_dir / "python").is_dir():
             raise FileNotFoundError(f"{layer_dir}/python is missing: run `make layer` first")
         return lambda_.LayerVersion(

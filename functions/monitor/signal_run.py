@@ -28,8 +28,8 @@ def _run_signal(event: dict[str, Any], signal: signals.ClusterSignal, env: Monit
     transitions = signals.handle_cluster_event(
         signal,
         triage=lambda req: run_triage(req, clients(req.region)),
-        store=FindingStore(clients(env.AWS_REGION), env.FINDINGS_TABLE),
-        incidents=IncidentStore(clients(env.AWS_REGION), env.FINDINGS_TABLE),
+        store=FindingStore(clients(env.AWS_REGION), env.FINDINGS_TABLE, history_ttl=env.history_ttl),
+        incidents=IncidentStore(clients(env.AWS_REGION), env.FINDINGS_TABLE, ttl=env.history_ttl),
         repair_grace=env.repair_grace,
         now=now(),
         probe=env.PROBE_ENABLED,
@@ -117,8 +117,8 @@ def _run_window(event: dict[str, Any], events: windows.WindowEvents, env: Monito
     transitions, summary = windows.handle_window(
         events,
         triage=lambda req: run_triage(req, clients(req.region)),
-        store=FindingStore(clients(env.AWS_REGION), env.FINDINGS_TABLE),
-        incidents=IncidentStore(clients(env.AWS_REGION), env.FINDINGS_TABLE),
+        store=FindingStore(clients(env.AWS_REGION), env.FINDINGS_TABLE, history_ttl=env.history_ttl),
+        incidents=IncidentStore(clients(env.AWS_REGION), env.FINDINGS_TABLE, ttl=env.history_ttl),
         repair_grace=env.repair_grace,
         now=now(),
         probe=env.PROBE_ENABLED,

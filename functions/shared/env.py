@@ -69,7 +69,18 @@ class IncidentTiming(BaseModel):
         return timedelta(seconds=self.REPAIR_GRACE_S)
 
 
-class MonitorEnv(_Env, Runbook, ClusterAllowlist, Sessions, IncidentTiming):
+class FindingsHistory(BaseModel):
+    #: Days a resolved finding, a resolved incident and their history records stay in the findings table
+    #: before DynamoDB's TTL removes them (the stack's ``findingsTtlDays``; unset: the store's own 90 days,
+    #: ``hyperpod_debugger.aws.store.HISTORY_TTL``).
+    FINDINGS_TTL_DAYS: int = Field(default=90, ge=1, le=3650)
+
+    @property
+    def history_ttl(self) -> timedelta:
+        return timedelta(days=self.FINDINGS_TTL_DAYS)
+
+
+class MonitorEnv(_Env, Runbook, ClusterAllowlist, Sessions, IncidentTiming, FindingsHistory):
     """The EventBridge event handler and the HMA log-subscription handler."""
 
     FINDINGS_TABLE: str = Field(min_length=1)
@@ -196,7 +207,7 @@ def _environ(model: type[BaseModel]) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in model.model_fields and v != ""}
 
 
-class SweepEnv(_Env, ClusterAllowlist, Sessions, IncidentTiming):
+class SweepEnv(_Env, ClusterAllowlist, Sessions, IncidentTiming, FindingsHistory):
     """The per-cluster sweep the Step Functions Map invokes."""
 
     FINDINGS_TABLE: str = Field(min_length=1)

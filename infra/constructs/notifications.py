@@ -29,6 +29,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
@@ -57,13 +58,19 @@ from infra.constructs.python_function import PythonFunction
 _EVENT_BUS = re.compile(r"(arn:aws[\w-]*:events:[a-z]+-[a-z]+-[\w-]+:[0-9]{12}:event-bus/)?[.\-_A-Za-z0-9]{1,256}")
 
 
-def event_bus_arn(scope: Construct, bus: str) -> str:
-    """The ARN of the finding events' bus, given as a name (this account and Region) or as an ARN."""
+def validate_event_bus(bus: str) -> str:
+    """``bus`` when PutEvents takes it as EventBusName; otherwise ``ValueError`` naming the setting."""
     if not _EVENT_BUS.fullmatch(bus) or len(bus) > 1600:
         raise ValueError(
             f"findingsEventBus must be 'default', an event bus name or an event bus ARN "
             f"(arn:<partition>:events:<region>:<account>:event-bus/<name>), or 'none'; got {bus!r}"
         )
+    return bus
+
+
+def event_bus_arn(scope: Construct, bus: str) -> str:
+    """The ARN of the finding events' bus, given as a name (this account and Region) or as an ARN."""
+    validate_event_bus(bus)
     if bus.startswith("arn:"):
         return bus
     return cdk.Stack.of(scope).format_arn(service="events", resource="event-bus", resource_name=bus)
@@ -71,7 +78,7 @@ def event_bus_arn(scope: Construct, bus: str) -> str:
 
 @dataclass(frozen=True)
 class AlertSettings:
-    """The alert policy's stack settings (``infra/stack.py`` reads them from context)."""
+    """The alert policy's stack settings (``infra.settings.StackSettings.alert_settings``)."""
 
     slack_min_priority: str = "P1"
     email_min_priority: str = "P1"
@@ -138,9 +145,11 @@ class Notifications(Construct):
         runbook_base_url: str = "",
         event_bus: str | None = None,
         policy: AlertSettings | None = None,
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
     ) -> None:
         super().__init__(scope, construct_id)
         self.policy = policy or AlertSettings()
+        self.log_retention = log_retention
         self.event_bus = event_bus
         self.event_bus_arn = event_bus_arn(self, event_bus) if event_bus else None
         self.key = self._build_key()
@@ -249,6 +258,7 @@ class Notifications(Construct):
         notifier = PythonFunction(
             self,
             "StreamNotifier",
+            log_retention=self.log_retention,
             handler=STREAM_NOTIFIER_HANDLER,
             layer=layer,
             read_only=False,  # renders and queues only; it never calls HyperPod, EC2 or SSM
@@ -337,6 +347,7 @@ class Notifications(Construct):
         courier = PythonFunction(
             self,
             "Courier",
+            log_retention=self.log_retention,
             handler=COURIER_HANDLER,
             layer=layer,
             read_only=False,  # delivers only; it never calls HyperPod, EC2 or SSM
@@ -427,6 +438,7 @@ class Notifications(Construct):
         function = PythonFunction(
             self,
             "AlertGroups",
+            log_retention=self.log_retention,
             handler=ALERT_GROUPS_HANDLER,
             layer=layer,
             read_only=False,  # renders and queues only; it never calls HyperPod, EC2 or SSM

@@ -156,7 +156,7 @@ class Sweep(Construct):
         return task
 
     def _list_clusters(self, construct_id: str, parameters: dict) -> tasks.CallAwsService:
-        return tasks.CallAwsService(
+        task = tasks.CallAwsService(
             self,
             construct_id,
             service="sagemaker",
@@ -166,6 +166,17 @@ class Sweep(Construct):
             parameters=parameters,
             result_path="$.page",
         )
+        # SDK integrations are not retried by Step Functions: one throttled ListClusters would end the whole
+        # sweep (the rehearsal showed it). A read, so any failure may be tried again; the error's name for an
+        # unmodelled SageMaker error is not documented, hence States.TaskFailed.
+        task.add_retry(
+            errors=["States.TaskFailed"],
+            max_attempts=4,
+            backoff_rate=2,
+            interval=cdk.Duration.seconds(1),
+            jitter_strategy=sfn.JitterType.FULL,
+        )
+        return task
 
     def _per_cluster(self) -> sfn.IChainable:
         """One cluster: its checks and rotation plan, then its probe batches; a failure stays in the cluster."""

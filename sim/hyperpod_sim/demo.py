@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from hyperpod_debugger.aws.clients import AwsClients
@@ -37,6 +38,22 @@ def _simulated_account(now: datetime) -> Iterator[tuple[AwsClients, Demo]]:
 @contextmanager
 def simulated_account_and_ssm(now: datetime) -> Iterator[tuple[AwsClients, Demo, FakeSsm]]:
     """The demo account, and its fake Session Manager service (to inject faults, read what it received)."""
+    with simulated_world(now) as world:
+        yield world.clients, world.demo, world.ssm
+
+
+@dataclass(frozen=True)
+class World:
+    """The demo account and the doubles beside moto: Session Manager and the EKS cluster's Kubernetes API."""
+
+    clients: AwsClients
+    demo: Demo
+    ssm: FakeSsm
+    kubernetes: FakeKubernetes
+
+
+@contextmanager
+def simulated_world(now: datetime) -> Iterator[World]:
     with (
         simulated_aws(),
         FakeSsm(start_session_rate=DEMO_PROBE.rate) as ssm,
@@ -49,7 +66,7 @@ def simulated_account_and_ssm(now: datetime) -> Iterator[tuple[AwsClients, Demo,
             demo = seed_demo(clients, now)
             register_probe_nodes(ssm, demo, now)
             register_kubernetes(kubernetes, demo)
-            yield clients, demo, ssm
+            yield World(clients, demo, ssm, kubernetes)
         finally:
             if saved is None:
                 os.environ.pop("AWS_ENDPOINT_URL_SSM", None)

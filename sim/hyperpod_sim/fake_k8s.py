@@ -17,6 +17,9 @@ URL must be an STS ``GetCallerIdentity`` presigned with query-string SigV4 and n
 by the signature, so the fake recomputes the signature with the known test secret key and the expected
 cluster name (EKS instead forwards the URL to STS). A token for another cluster therefore fails with
 401 like on EKS. With ``secret_key=None`` the signature is not checked (the cluster name then cannot be).
+``secret_key`` may also be a lookup from the token's access key id to its secret (None for a principal the
+cluster does not admit: EKS answers 401 to an IAM principal without an access entry); the rehearsal admits
+the roles the deployed template gives an access entry.
 
 Resources (keys of ``objects``): ``nodes``, ``namespaces`` (cluster-scoped), ``pods``, ``daemonsets``,
 ``events`` (namespaced; listed per namespace or across all). Only GET exists; any other method is
@@ -38,7 +41,7 @@ import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -174,8 +177,13 @@ def _enc(text: str) -> str:
     return quote(text, safe="-_.~")
 
 
+#: The secret key a token must be signed with: one key, or a lookup from the token's access key id (None: an
+#: access key the account does not know).
+SecretKey = str | Callable[[str], str | None] | None
+
+
 def verify_token(
-    authorization: str | None, cluster_name: str, *, secret_key: str | None, now: float | None = None
+    authorization: str | None, cluster_name: str, *, secret_key: SecretKey, now: float | None = None
 ) -> str | None:
     """None when ``authorization`` holds a valid EKS token for ``cluster_name``, else why not."""
     if not authorization or not authorization.startswith("Bearer "):
@@ -223,6 +231,10 @@ def verify_token(
         return "credential date does not match X-Amz-Date"
     if secret_key is None:
         return None
+    if callable(secret_key):
+        secret_key = secret_key(credential[0])
+        if secret_key is None:
+            return f"unknown access key {credential[0]}"
     given = query.pop("X-Amz-Signature", "")
     headers = {"host": parts.netloc.lower(), "x-k8s-aws-id": cluster_name}
     if set(signed) - headers.keys():
@@ -278,7 +290,7 @@ class FakeKubernetes:
         *,
         cluster_name: str = "hyperpod-eks",
         objects: dict[str, Iterable[dict[str, Any]]] | None = None,
-        secret_key: str | None = "testing",
+        secret_key: SecretKey = "testing",
         username: str = "arn:aws:sts::111122223333:assumed-role/HyperPodTriage/triage",
     ) -> None:
         self.cluster_name = cluster_name

@@ -537,6 +537,9 @@ def _credential_scope(value: str | None) -> list[str] | None:
 # ---------------------------------------------------------------------------------------------------
 
 
+RequestHook = Callable[[str, str, dict[str, str], bytes, int, Any], None]
+
+
 class FakeSsm:
     """SSM Session Manager on loopback. Use it as a context manager (or ``start()``/``stop()``).
 
@@ -643,6 +646,9 @@ class FakeSsm:
         self._ws_thread: threading.Thread | None = None
         self._ws_port = 0
         self.endpoint_url = ""
+        #: called after each API request and each data-channel upgrade with (method, path, headers, body,
+        #: status, JSON answer or None): a recorder of what reached the service (the rehearsal's IAM check)
+        self.on_request: RequestHook | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -1140,6 +1146,14 @@ class FakeSsm:
         return None
 
     def _ws_process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        refused = self._ws_admit(connection, request)
+        hook = self.on_request
+        if hook is not None:
+            headers = dict(request.headers.raw_items())
+            hook("GET", request.path, headers, b"", refused.status_code if refused else 101, None)
+        return refused
+
+    def _ws_admit(self, connection: ServerConnection, request: Request) -> Response | None:
         session_id, rec = self._lookup(request.path)
         if session_id is None:
             return connection.respond(HTTPStatus.NOT_FOUND, "Not Found\n")
@@ -1588,6 +1602,9 @@ class _ApiHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         status, payload = self.fake._dispatch(self.path, self.headers, body)
+        hook = self.fake.on_request
+        if hook is not None:
+            hook("POST", self.path, dict(self.headers.items()), body, status, payload)
         data = json.dumps(payload).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/x-amz-json-1.1")

@@ -352,6 +352,29 @@ class SqsClock:
         self.offset += seconds
 
 
+def sqs_record(message: dict[str, Any], queue_arn: str, region: str) -> dict[str, Any]:
+    """A received SQS message as Lambda's SQS event source puts it in the event's ``Records``."""
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": dict(message.get("Attributes") or {}),
+        "messageAttributes": {
+            name: {
+                "stringValue": value.get("StringValue"),
+                "stringListValues": [],
+                "binaryListValues": [],
+                "dataType": value.get("DataType"),
+            }
+            for name, value in (message.get("MessageAttributes") or {}).items()
+        },
+        "md5OfBody": message.get("MD5OfBody"),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": region,
+    }
+
+
 class SqsEventSource:
     """Lambda's event source mapping for an SQS queue, run by hand: :meth:`poll` receives a batch as
     Lambda does (all attributes, the queue's visibility timeout) and shapes the event; :meth:`settle`
@@ -375,30 +398,7 @@ class SqsEventSource:
         ).get("Messages", [])
         if not got:
             return None
-        records = []
-        for m in got:
-            records.append(
-                {
-                    "messageId": m["MessageId"],
-                    "receiptHandle": m["ReceiptHandle"],
-                    "body": m["Body"],
-                    "attributes": dict(m.get("Attributes") or {}),
-                    "messageAttributes": {
-                        k: {
-                            "stringValue": v.get("StringValue"),
-                            "stringListValues": [],
-                            "binaryListValues": [],
-                            "dataType": v.get("DataType"),
-                        }
-                        for k, v in (m.get("MessageAttributes") or {}).items()
-                    },
-                    "md5OfBody": m.get("MD5OfBody"),
-                    "eventSource": "aws:sqs",
-                    "eventSourceARN": self.arn,
-                    "awsRegion": self.region,
-                }
-            )
-        return {"Records": records}
+        return {"Records": [sqs_record(m, self.arn, self.region) for m in got]}
 
     def settle(self, event: dict[str, Any], response: Any) -> tuple[int, int]:
         """Delete what succeeded. Returns (deleted, failed)."""

@@ -33,6 +33,15 @@ patches moto in place (idempotent; process-wide):
     ``account``, which every real event carries (and the event handler's parser requires).
 13. ``ListClusterNodes`` with ``IncludeNodeLogicalIds=True`` gives each node of a Continuous-mode cluster
     its ``NodeLogicalId`` (moto ignores the parameter); without it no summary carries one, as on AWS.
+14. Step Functions' AWS SDK integrations hand the state timestamps as ISO 8601 text
+    (``"2013-08-23T01:02:15.422Z"``), as the service does; moto's interpreter kept botocore's ``datetime``
+    objects, which then broke ``DescribeExecution`` (a 500) as soon as one reached the output.
+15. ``StartExecution`` without a name gets a generated one (a UUID), as on AWS (EventBridge's schedule
+    starts executions that way); moto's interpreter left ``$$.Execution.Name`` null and put ``None`` in
+    the execution ARN. ``$$.Execution.StartTime`` is ISO 8601 text with milliseconds and ``Z``, as on AWS
+    (moto: microseconds and ``+00:00``).
+16. A schedule-only rule (no event pattern) receives no ``PutEvents`` traffic, as on AWS; moto matched
+    every event against its empty pattern and then failed on the rule's Lambda target.
 """
 
 from __future__ import annotations
@@ -41,11 +50,13 @@ import base64
 import json
 import logging
 import threading
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 from moto.core.responses import ActionResult
 from moto.eks import models as eks_models
+from moto.events import models as events_models
 from moto.events import utils as events_utils
 from moto.sagemaker import models as sm_models
 from moto.sagemaker.exceptions import ResourceNotFound, ValidationError
@@ -282,6 +293,59 @@ def _receive_message(self: Any, queue_name: str, *args: Any, **kwargs: Any) -> A
     return _original_receive(self, queue_name, *args, **kwargs)
 
 
+def _sdk_timestamps(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if isinstance(value, dict):
+        return {k: _sdk_timestamps(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_sdk_timestamps(v) for v in value]
+    return value
+
+
+def _patch_sfn_sdk_timestamps() -> None:
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_aws_sdk as sdk,
+    )
+
+    original = sdk.StateTaskServiceAwsSdk._eval_service_task
+
+    def evaluate(self: Any, env: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, env, *args, **kwargs)
+        env.stack.append(_sdk_timestamps(env.stack.pop()))
+
+    sdk.StateTaskServiceAwsSdk._eval_service_task = evaluate
+
+
+def _patch_sfn_execution_context() -> None:
+    from moto.stepfunctions.parser import models as sfn_models
+    from moto.stepfunctions.parser.backend import execution as sfn_execution
+
+    original_start = sfn_models.StepFunctionsParserBackend.start_execution
+
+    def start_execution(self: Any, state_machine_arn: str, name: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return original_start(self, state_machine_arn, name or str(uuid.uuid4()), *args, **kwargs)
+
+    original_details = sfn_execution.Execution.get_start_execution_details
+
+    def start_details(self: Any) -> Any:
+        details = original_details(self)
+        details.start_time = _sdk_timestamps(self.start_date)
+        return details
+
+    sfn_models.StepFunctionsParserBackend.start_execution = start_execution
+    sfn_execution.Execution.get_start_execution_details = start_details
+
+
+_original_send_to_targets = events_models.Rule.send_to_targets
+
+
+def _send_to_targets(self: Any, event: Any, *args: Any, **kwargs: Any) -> None:
+    if not self.event_pattern.get_pattern():
+        return  # a scheduled rule
+    _original_send_to_targets(self, event, *args, **kwargs)
+
+
 def apply() -> None:
     global _APPLIED
     if _APPLIED:
@@ -301,6 +365,9 @@ def apply() -> None:
     sq_models.ServiceQuotasBackend.get_service_quota = _get_service_quota
     eks_models.EKSBackend.describe_cluster = _eks_describe_cluster
     sqs_models.SQSBackend.receive_message = _receive_message
+    events_models.Rule.send_to_targets = _send_to_targets
+    _patch_sfn_sdk_timestamps()
+    _patch_sfn_execution_context()
     events_utils.EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE = (
         '{"version": "0", "id": "<id>", "detail-type": "<detail-type>", "source": "<source>", '
         '"account": "<account>", "time": <time>, "region": "<region>", "resources": <resources>, "detail": <detail>}'

@@ -318,17 +318,17 @@ def test_sweep_settings_refuse_nonsense(bad):
     [("rate(15 minutes)", 900), ("rate(1 minute)", 60), ("rate(2 hours)", 7200), ("rate(1 day)", 86400)],
 )
 def test_schedule_interval_from_rate_expressions(expression, seconds):
-    from infra.stack import schedule_interval
+    from infra.settings import rate_seconds
 
-    assert schedule_interval(expression).to_seconds() == seconds
+    assert rate_seconds(expression) == seconds
 
 
 @pytest.mark.parametrize("expression", ["cron(0/15 * * * ? *)", "rate(0 minutes)", "every 15 minutes", ""])
 def test_schedule_interval_refuses_what_the_rotation_cannot_plan_from(expression):
-    from infra.stack import schedule_interval
+    from infra.settings import rate_seconds
 
     with pytest.raises(ValueError, match="sweepSchedule"):
-        schedule_interval(expression)
+        rate_seconds(expression)
 
 
 def test_notifier_wakes_only_for_finding_and_incident_items(template: Template):

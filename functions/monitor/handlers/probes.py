@@ -37,7 +37,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S, documents=env.session_documents, on_pace=paced.append
     )
     aws = clients(env.AWS_REGION)
-    store = FindingStore(aws, env.FINDINGS_TABLE)
+    store = FindingStore(aws, env.FINDINGS_TABLE, history_ttl=env.history_ttl)
     try:
         batch = ProbeBatch.model_validate(event)
         nodes = batch.nodes
@@ -67,7 +67,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         request,
         probe=lambda req: run_probe_batch(req, aws),
         store=store,
-        incidents=IncidentStore(aws, env.FINDINGS_TABLE),
+        incidents=IncidentStore(aws, env.FINDINGS_TABLE, ttl=env.history_ttl),
         repair_grace=env.repair_grace,
     )
     fleet_metrics.emit_sessions(

@@ -81,8 +81,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     result = sweep.sweep_cluster(
         request,
         triage=lambda req: triage_with_observation(req, aws),
-        store=FindingStore(aws, env.FINDINGS_TABLE),
-        incidents=IncidentStore(aws, env.FINDINGS_TABLE),
+        store=FindingStore(aws, env.FINDINGS_TABLE, history_ttl=env.history_ttl),
+        incidents=IncidentStore(aws, env.FINDINGS_TABLE, ttl=env.history_ttl),
         repair_grace=env.repair_grace,
         settings=settings_at if env.PROBE_ENABLED else None,
         clock=now,
