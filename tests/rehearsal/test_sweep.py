@@ -65,3 +65,8 @@ def test_every_invocation_stays_inside_the_templates_timeout_and_memory(stage, s
         props = stage.deployment.function_properties(invocation.function)
         assert invocation.duration_s < float(props["Timeout"])
         assert 0 < invocation.max_rss_mib < int(props["MemorySize"])
+
+
+def test_every_resource_of_the_template_was_created_or_applied(stage):
+    assert stage.deployment.not_modelled == []
+    assert set(stage.deployment.refs) == set(stage.deployment.template.resources)

@@ -86,20 +86,16 @@ def _pure_files(layer: pathlib.Path) -> dict[str, str]:
 
 def host_layer(deployed: pathlib.Path, host: pathlib.Path) -> pathlib.Path:
     """``host`` in place of the deployed layer asset, once it is shown to be the same recipe: the same
-    distributions at the same versions and the same Python files (only native modules may differ)."""
+    distributions at the same versions and byte-identical Python files (only native modules may differ)."""
     if not (host / "python").is_dir():
         raise FileNotFoundError(f"{host}/python is missing: run `make layer-host` first")
     if _distributions(deployed) != _distributions(host):
         only = sorted(_distributions(deployed) ^ _distributions(host))
         raise ValueError(f"the host layer {host} is not the deployed layer's recipe; differing: {only}")
-    deployed_files, host_files = _pure_files(deployed), _pure_files(host)
-    differing = sorted(
-        k for k in deployed_files.keys() | host_files.keys() if deployed_files.get(k) != host_files.get(k)
-    )
-    # a few packages ship different pure-Python shims per platform; none of ours may differ
-    ours = [f for f in differing if f.startswith("hyperpod_debugger/")]
-    if ours:
-        raise ValueError(f"the host layer's copy of the core differs from the deployed one: {ours[:5]}")
+    ours, theirs = _pure_files(deployed), _pure_files(host)
+    differing = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+    if differing:
+        raise ValueError(f"the host layer's Python files differ from the deployed layer's: {differing[:5]}")
     return host
 
 
