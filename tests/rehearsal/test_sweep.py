@@ -70,3 +70,27 @@ def test_every_invocation_stays_inside_the_templates_timeout_and_memory(stage, s
 def test_every_resource_of_the_template_was_created_or_applied(stage):
     assert stage.deployment.not_modelled == []
     assert set(stage.deployment.refs) == set(stage.deployment.template.resources)
+
+
+def test_without_an_access_entry_the_kubernetes_checks_are_unknown_and_resolve_nothing(stage):
+    from hyperpod_debugger.domain.model import Tag
+    from hyperpod_sim.rehearsal.stage import admit_access_entries
+
+    store = FindingStore(stage.clients, stage.findings_table)
+
+    def kubernetes_findings():
+        found = store.open_findings(stage.demo.eks.arn).values()
+        return [f for f in found if f.check.startswith("k8s.") and f.instance_id is None]
+
+    failing_before = {f.fingerprint for f in kubernetes_findings() if f.tag is Tag.FAIL}
+    stage.kubernetes.secret_key = lambda access_key: None  # as if eksClusters had not been set: EKS answers 401
+    try:
+        run = stage.sweep()
+    finally:
+        admit_access_entries(stage.kubernetes, stage.deployment)
+    assert run.status == "SUCCEEDED"
+    after = kubernetes_findings()
+    unknown = [f for f in after if f.tag is Tag.UNKNOWN]
+    assert unknown and all("access denied" in f.message for f in unknown)
+    # a check that could not look resolves nothing: what was failing before is still open
+    assert failing_before and failing_before <= {f.fingerprint for f in after if f.tag is Tag.FAIL}
