@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pathlib
 
+from hyperpod_debugger.aws.store import HISTORY_TTL
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYER_DIR = REPO_ROOT / "build" / "layer"
 
@@ -85,7 +87,7 @@ DEFAULT_SLACK_SECRET_NAME = ""
 DEFAULT_LOG_RETENTION_DAYS = 30
 #: Days a resolved finding, a resolved incident and their history records stay in the findings table before
 #: DynamoDB's TTL removes them (the functions' FINDINGS_TTL_DAYS; hyperpod_debugger.aws.store.HISTORY_TTL).
-DEFAULT_FINDINGS_TTL_DAYS = 90
+DEFAULT_FINDINGS_TTL_DAYS = HISTORY_TTL.days
 MIN_FINDINGS_TTL_DAYS = 1
 MAX_FINDINGS_TTL_DAYS = 3650
 DEFAULT_SESSION_DOCUMENTS = "pinned"

@@ -13,6 +13,7 @@ from functools import lru_cache
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from hyperpod_debugger.aws.ssm_documents import SessionDocuments
+from hyperpod_debugger.aws.store import HISTORY_TTL
 from hyperpod_debugger.domain.eventbridge import Allowlist
 from hyperpod_debugger.lifecycle import budget
 from hyperpod_debugger.notify.policy import AlertPolicy
@@ -73,7 +74,7 @@ class FindingsHistory(BaseModel):
     #: Days a resolved finding, a resolved incident and their history records stay in the findings table
     #: before DynamoDB's TTL removes them (the stack's ``findingsTtlDays``; unset: the store's own 90 days,
     #: ``hyperpod_debugger.aws.store.HISTORY_TTL``).
-    FINDINGS_TTL_DAYS: int = Field(default=90, ge=1, le=3650)
+    FINDINGS_TTL_DAYS: int = Field(default=HISTORY_TTL.days, ge=1, le=3650)
 
     @property
     def history_ttl(self) -> timedelta:
