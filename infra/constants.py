@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+from typing import Final
 
 from hyperpod_debugger.aws.store import HISTORY_TTL
 
@@ -90,7 +91,7 @@ DEFAULT_LOG_RETENTION_DAYS = 30
 DEFAULT_FINDINGS_TTL_DAYS = HISTORY_TTL.days
 MIN_FINDINGS_TTL_DAYS = 1
 MAX_FINDINGS_TTL_DAYS = 3650
-DEFAULT_SESSION_DOCUMENTS = "pinned"
+DEFAULT_SESSION_DOCUMENTS: Final = "pinned"  # Final: typed as the literal the setting takes
 DEFAULT_CHAT_NOTIFICATIONS = False
 #: No runbook URL: messages name the section and `hyperpod-debugger runbook <section>` prints it.
 DEFAULT_RUNBOOK_BASE_URL = ""
@@ -117,6 +118,11 @@ IDEMPOTENCY_TTL = "expiration"
 # Stream notifier event source.
 STREAM_BATCH_SIZE = 10
 STREAM_RETRY_ATTEMPTS = 3
+#: The stream's records older than this when they reach the notifier (IteratorAge, milliseconds in
+#: CloudWatch) raise an alarm: a record normally arrives within seconds, so five minutes behind means the
+#: notifier is stuck on a failing batch (up to three retries of a two-minute invocation) and people hear of new
+#: incidents later than one alert-group interval (alertGroupIntervalSeconds, 300 s by default) would delay them.
+STREAM_MAX_ITERATOR_AGE_S = 300
 # The outbox (SQS FIFO) and its courier: the visibility timeout is six times the courier's timeout
 # (AWS's advice for an SQS event source); 200 receives with the courier's backoff (1, 2, 4, 8, then
 # every 15 minutes) are about 48 hours of retries before a message moves to the dead-letter queue.
@@ -129,6 +135,13 @@ OUTBOX_VISIBILITY_S = 6 * COURIER_TIMEOUT_S
 OUTBOX_MAX_RECEIVES = 200
 OUTBOX_RETENTION_DAYS = 4
 OUTBOX_BATCH_SIZE = 10
+#: Couriers at once (the outbox event source's ScalingConfig.MaximumConcurrency; Lambda takes 2 to 1000). Slack
+#: takes about one message a second per webhook, and every courier waits for the same lane (SharedLanes): a
+#: third courier would only wait and use up its messages' receives. Email (SNS) is not slowed by it.
+COURIER_MAX_CONCURRENCY = 2
+#: Event windows triaged at once (the window queue's MaximumConcurrency, Lambda's least): each window's probes
+#: start Session Manager sessions at EVENT_WINDOW_PROBE_RATE, so at most this many times that rate in all.
+WINDOW_MAX_CONCURRENCY = 2
 #: An alert older than this still waiting in the outbox raises an alarm (a channel is down).
 OUTBOX_MAX_AGE_S = 3600
 EVENT_TARGET_RETRY_ATTEMPTS = 4

@@ -156,7 +156,7 @@ def one_of(choices: Mapping[str, Any], said: str) -> BeforeValidator:
 
     def parse(value: Any, info: ValidationInfo) -> Any:
         written = str(value).strip().lower() if isinstance(value, str | bool | int) else None
-        if written not in choices:
+        if written is None or written not in choices:
             raise ValueError(f"{_key(info)} must be {said}, got {value!r}")
         return choices[written]
 

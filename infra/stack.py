@@ -14,6 +14,7 @@ from infra.constructs.hma_subscription import HmaSubscription
 from infra.constructs.kubernetes_access import KubernetesReadAccess
 from infra.constructs.notifications import Notifications, alarm
 from infra.constructs.observability import Observability
+from infra.constructs.python_function import PythonFunction
 from infra.constructs.session_documents import SessionAccess
 from infra.constructs.sweep import Sweep
 from infra.settings import StackSettings
@@ -88,6 +89,13 @@ class HyperPodDebuggerStack(cdk.Stack):
                 *self.detection.alarms.values(),
                 *(self.hma_subscription.alarms.values() if self.hma_subscription else ()),
             ],
+            functions={f.node.id: f.function for f in self.functions},
+            # the event handler's, the window's and the log subscription's errors have their own alarms
+            errors_alarmed=[
+                self.detection.function.function,
+                self.detection.window_function.function,
+                *([self.hma_subscription.function.function] if self.hma_subscription else []),
+            ],
         )
         self.sessions = SessionAccess(self, "SessionAccess", mode=settings.session_documents)
         for function in self.probing_functions:
@@ -100,6 +108,15 @@ class HyperPodDebuggerStack(cdk.Stack):
             function.function.add_environment("FINDINGS_TTL_DAYS", str(settings.findings_ttl_days))
         self._build_outputs()
         self._add_security_checks()
+
+    @property
+    def functions(self) -> list[PythonFunction]:
+        """Every function of the stack (each one's errors and throttles raise an alarm)."""
+        found = [c for c in self.node.find_all() if isinstance(c, PythonFunction)]
+        ids = [f.node.id for f in found]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"two functions share a construct id (their alarms would share a name): {sorted(ids)}")
+        return found
 
     @property
     def triaging_functions(self) -> list:

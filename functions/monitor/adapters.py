@@ -54,13 +54,17 @@ MAX_KEPT_BYTES = 256 * 1024 - 2048
 
 
 def _kept_body(event: Any) -> str:
+    """The input as the unprocessed-events queue keeps it: JSON in ASCII (so every character SQS accepts, a
+    lone surrogate or a U+FFFF included, arrives as its ``\\u`` escape), cut to one SQS message."""
     try:
-        body = json.dumps(event, default=str, ensure_ascii=False)
-    except (TypeError, ValueError):
-        body = repr(event)
-    raw = body.encode("utf-8")
-    if len(raw) > MAX_KEPT_BYTES:
-        body = raw[:MAX_KEPT_BYTES].decode("utf-8", "ignore") + "\n[cut: the input was larger than one SQS message]"
+        body = json.dumps(event, default=str)
+    except (TypeError, ValueError, RecursionError):
+        try:
+            body = ascii(event)
+        except RecursionError:
+            body = f"<{type(event).__name__} nested too deeply to keep>"
+    if len(body) > MAX_KEPT_BYTES:
+        body = body[:MAX_KEPT_BYTES] + "\n[cut: the input was larger than one SQS message]"
     return body
 
 

@@ -35,6 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from functions.monitor.logic.signals import ClusterSignal
+from functions.shared.events import without_surrogates
 from hyperpod_debugger.checks.logs import HMA_PREFIX, parse_hma_message, parse_stream_name
 from hyperpod_debugger.domain.xid import lookup
 
@@ -86,8 +87,9 @@ class _DataMessage(BaseModel):
     owner: str
     logGroup: str
     logStream: str
-    subscriptionFilters: list[str] = []
-    logEvents: list[_LogEvent]
+    subscriptionFilters: list[Any] = []
+    #: each event is read on its own (:func:`_read_events`): one malformed event never holds back the others
+    logEvents: list[Any]
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,19 @@ class LogRecord:
     id: str
     timestamp: int  # epoch milliseconds
     message: str
+
+
+@dataclass(frozen=True)
+class BadLogEvent:
+    """A log event of the delivery that cannot be read: where it is, its id when it has one, and why."""
+
+    index: int
+    id: str
+    reason: str
+    event: Any = None  # the event as it came (kept with its reason; never logged)
+
+    def summary(self) -> dict[str, Any]:
+        return {"index": self.index, "id": _shown(self.id, 80) if self.id else None, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -106,6 +121,8 @@ class SubscriptionPayload:
     log_group: str = ""
     log_stream: str = ""
     events: tuple[LogRecord, ...] = ()
+    #: the log events that could not be read, with why (the others are read as if they were alone)
+    bad_events: tuple[BadLogEvent, ...] = ()
 
     @property
     def is_control(self) -> bool:
@@ -143,7 +160,7 @@ def decode_subscription(event: object) -> SubscriptionPayload:
         raise LogPayloadError("awslogs.data is not valid base64 (truncated or not base64)") from None
     text = _inflate(raw)
     try:
-        decoded: Any = json.loads(text.decode("utf-8"))
+        decoded: Any = without_surrogates(json.loads(text.decode("utf-8")))
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise LogPayloadError("awslogs.data does not hold UTF-8 JSON") from None
     if not isinstance(decoded, dict):
@@ -158,13 +175,33 @@ def decode_subscription(event: object) -> SubscriptionPayload:
     except ValidationError as exc:
         problems = sorted({".".join(str(p) for p in err["loc"]) + f": {err['msg']}" for err in exc.errors()})
         raise LogPayloadError(f"data message missing or invalid fields: {'; '.join(problems[:5])}") from None
+    events, bad = _read_events(model.logEvents)
     return SubscriptionPayload(
         message_type=DATA_MESSAGE,
         owner=model.owner,
         log_group=model.logGroup,
         log_stream=model.logStream,
-        events=tuple(LogRecord(e.id, e.timestamp, e.message) for e in model.logEvents),
+        events=events,
+        bad_events=bad,
     )
+
+
+def _read_events(raw: list[Any]) -> tuple[tuple[LogRecord, ...], tuple[BadLogEvent, ...]]:
+    """Every log event read on its own: the readable ones, and each other one with where and why."""
+    good: list[LogRecord] = []
+    bad: list[BadLogEvent] = []
+    for index, item in enumerate(raw):
+        given = item.get("id") if isinstance(item, dict) else None
+        event_id = given if isinstance(given, str) else ""
+        try:
+            event = _LogEvent.model_validate(item)
+        except ValidationError as exc:
+            where = [".".join(["logEvents", str(index), *(str(p) for p in e["loc"])]) for e in exc.errors()[:3]]
+            problems = [f"{at}: {e['msg']}" for at, e in zip(where, exc.errors()[:3], strict=True)]
+            bad.append(BadLogEvent(index, event_id, "; ".join(problems)[:300], item))
+            continue
+        good.append(LogRecord(event.id, event.timestamp, event.message))
+    return tuple(good), tuple(bad)
 
 
 # --------------------------------------------------------------------------- names and ARNs
@@ -218,6 +255,8 @@ class HmaBatch:
     dropped: str | None = None
     #: detection records whose stream names no instance id (no node to triage)
     unattributed: int = 0
+    #: log events that could not be read (reported with their reasons; the others are still triaged)
+    bad_events: tuple[BadLogEvent, ...] = ()
 
 
 def _clean(text: str) -> str:
@@ -261,7 +300,8 @@ def signals_from_payload(payload: SubscriptionPayload, *, region: str, partition
     arn = cluster.arn(partition=partition, region=region, account=payload.owner)
     stream = payload.log_stream
     if not stream.startswith(f"{HMA_PREFIX}/"):
-        return HmaBatch(cluster, arn, stream, signals=(), dropped=f"stream {_shown(stream)} is not an HMA stream")
+        why = f"stream {_shown(stream)} is not an HMA stream"
+        return HmaBatch(cluster, arn, stream, signals=(), dropped=why, bad_events=payload.bad_events)
 
     instance_id = parse_stream_name(stream, HMA_PREFIX).instance_id
     node = instance_id if instance_id and _INSTANCE_ID.fullmatch(instance_id) else None
@@ -298,7 +338,14 @@ def signals_from_payload(payload: SubscriptionPayload, *, region: str, partition
     if not signals:
         dropped = "detections on a stream naming no instance id" if unattributed else "no detection records"
     return HmaBatch(
-        cluster, arn, stream, tuple(signals), detections=detections, dropped=dropped, unattributed=unattributed
+        cluster,
+        arn,
+        stream,
+        tuple(signals),
+        detections=detections,
+        dropped=dropped,
+        unattributed=unattributed,
+        bad_events=payload.bad_events,
     )
 
 

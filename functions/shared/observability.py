@@ -9,10 +9,13 @@ itself outside Lambda (and with ``POWERTOOLS_TRACE_DISABLED``) either way.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics
+
+from hyperpod_debugger.domain.redact import install_log_redaction
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Tracer
@@ -64,6 +67,8 @@ class LazyTracer:
 
 
 logger = Logger(service=SERVICE)
+# Every record any logger writes (ours, botocore's DEBUG bodies, urllib3's request lines) is redacted.
+install_log_redaction(logging.getLogger(logger.name))
 tracer = LazyTracer(SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 

@@ -42,6 +42,7 @@ from infra.constants import (
     EVENT_WINDOW_HANDLER,
     METRICS_NAMESPACE,
     MONITOR_METRICS_SERVICE,
+    WINDOW_MAX_CONCURRENCY,
 )
 from infra.constructs.notifications import alarm, encrypted_dlq
 from infra.constructs.python_function import PythonFunction
@@ -182,8 +183,16 @@ class Detection(Construct):
                 resources=[self.window_queue.queue_arn],
             ),
         )
+        # Each window's probes start sessions at their own pace: the source bounds how many run at once, so
+        # the windows' share of the account's StartSession rate has a ceiling (a window not yet taken waits in
+        # the queue; reserved concurrency would instead throttle it and spend its receives).
         self.window_function.function.add_event_source(
-            event_sources.SqsEventSource(self.window_queue, batch_size=1, report_batch_item_failures=True)
+            event_sources.SqsEventSource(
+                self.window_queue,
+                batch_size=1,
+                report_batch_item_failures=True,
+                max_concurrency=WINDOW_MAX_CONCURRENCY,
+            )
         )
         self.patterns = eventbridge.rule_patterns(allowlist)
         ids = {

@@ -50,7 +50,10 @@ class FindingsStore(Construct):
                     sort_key=_string(GSI_BY_NODE_SK),
                 )
             ],
+            # the history outlives the stack (RETAIN) and a stray delete-table call (deletion protection): deleting
+            # it takes turning the protection off first (README.md, "Remove the stack")
             removal_policy=cdk.RemovalPolicy.RETAIN,
+            deletion_protection=True,
         )
 
     def _build_idempotency_table(self) -> dynamodb.TableV2:

@@ -11,7 +11,7 @@ hide them. The EKS cluster must accept access entries (authentication mode ``API
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks as eks
@@ -38,7 +38,7 @@ class KubernetesReadAccess(Construct):
     """Exposes `entries`: (EKS cluster name, role construct id) → the access entry."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, eks_clusters: Sequence[str], readers: dict[str, iam.IRole]
+        self, scope: Construct, construct_id: str, *, eks_clusters: Sequence[str], readers: Mapping[str, iam.IRole]
     ) -> None:
         super().__init__(scope, construct_id)
         policy_arn = f"arn:{cdk.Aws.PARTITION}:eks::aws:cluster-access-policy/{VIEW_POLICY}"

@@ -9,8 +9,9 @@ The notifier renders each transition and queues one message per channel in the o
 channel and cluster so a message that waits holds back the later ones of its cluster. The courier
 makes one attempt per message per invocation; a failure waits for a backoff in the queue, for about
 48 hours, before the message moves, whole, to the outbox's dead-letter queue: a day-long Slack
-outage delays alerts and loses none. Each queue's depth, and an alert waiting in the outbox for more
-than an hour, raise an alarm on the same topic.
+outage delays alerts and loses none. Each queue's depth, an alert waiting in the outbox for more than
+an hour, and stream records reaching the notifier more than five minutes late raise an alarm on the same
+topic.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from infra.constants import (
     ALERT_GROUP_TIMEOUT_S,
     ALERT_GROUPS_HANDLER,
     COURIER_HANDLER,
+    COURIER_MAX_CONCURRENCY,
     COURIER_TIMEOUT_S,
     OUTBOX_BATCH_SIZE,
     OUTBOX_MAX_AGE_S,
@@ -49,6 +51,7 @@ from infra.constants import (
     OUTBOX_RETENTION_DAYS,
     OUTBOX_VISIBILITY_S,
     STREAM_BATCH_SIZE,
+    STREAM_MAX_ITERATOR_AGE_S,
     STREAM_NOTIFIER_HANDLER,
     STREAM_RETRY_ATTEMPTS,
 )
@@ -214,6 +217,16 @@ class Notifications(Construct):
                 "An alert has waited more than an hour in the outbox: Slack or email is failing",
                 self.topic,
                 threshold=OUTBOX_MAX_AGE_S,
+            ),
+            "stream_late": alarm(
+                self,
+                "NotifierIteratorAge",
+                # milliseconds; Lambda reports it for each batch it hands over, none while the stream is quiet
+                self.notifier.function.metric("IteratorAge", period=cdk.Duration.minutes(5), statistic="Maximum"),
+                f"The stream notifier is reading findings-table changes more than {STREAM_MAX_ITERATOR_AGE_S // 60} "
+                "minutes after they were written: it is stuck retrying a batch, so new incidents are told late",
+                self.topic,
+                threshold=STREAM_MAX_ITERATOR_AGE_S * 1000,
             ),
         }
 
@@ -394,8 +407,15 @@ class Notifications(Construct):
                 *self._event_bus_statements(),
             ],
         )
+        # Slack takes about one message a second per webhook, paced across couriers by the shared lanes: more
+        # couriers than COURIER_MAX_CONCURRENCY would only wait for the lane (the messages wait in the outbox)
         courier.function.add_event_source(
-            event_sources.SqsEventSource(self.outbox, batch_size=OUTBOX_BATCH_SIZE, report_batch_item_failures=True)
+            event_sources.SqsEventSource(
+                self.outbox,
+                batch_size=OUTBOX_BATCH_SIZE,
+                report_batch_item_failures=True,
+                max_concurrency=COURIER_MAX_CONCURRENCY,
+            )
         )
         return courier
 

@@ -11,7 +11,10 @@ series (dimension ``service`` alone; Maximum is the worst cluster) and AWS's own
 * a cluster the sweep could not read in two sweeps running;
 * events of the stack's rules that EventBridge could neither deliver nor keep (AWS/Events; those it kept
   in the unprocessed-events queue raise that queue's alarm, in ``Detection``);
-* finding events EventBridge keeps refusing land in the outbox alarms (``Notifications``), like Slack's.
+* finding events EventBridge keeps refusing land in the outbox alarms (``Notifications``), like Slack's;
+* every function's errors and throttles (AWS/Lambda by FunctionName): one alarm each per function, except
+  the errors of the functions whose own construct already alarms on them (:data:`FAILURES` says what an
+  error of each means; a function without a line there stops the synth).
 
 The other alarms of the stack (queues, handler errors, rejected events) are in the dashboard's alarm widget.
 """
@@ -19,12 +22,13 @@ The other alarms of the stack (queues, handler errors, rejected events) are in t
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_events as events
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
@@ -32,12 +36,46 @@ from constructs import Construct
 
 from functions.shared import metric_names as names
 from infra.constants import METRICS_NAMESPACE, MONITOR_METRICS_SERVICE
+from infra.constructs.notifications import alarm
 
 #: The longest alarm period CloudWatch takes, and the longest time an alarm may look back over (for
 #: periods of an hour or more; shorter periods may look back one day).
 MAX_ALARM_PERIOD = cdk.Duration.days(1)
 MAX_EVALUATION_RANGE_S = 7 * 86400
 SHORT_EVALUATION_RANGE_S = 86400
+
+
+#: What an error of each function means, and what becomes of its input (the Errors alarm's description), by
+#: the function's construct id. The functions whose construct alarms on their errors itself (the event
+#: handler, the event window, the log subscription) need no line.
+FAILURES: dict[str, str] = {
+    "SweepCluster": (
+        "The sweep's cluster step failed (Step Functions tried it again, then marked the cluster failed for "
+        "this sweep): that cluster's nodes were not checked in this sweep"
+    ),
+    "ProbeBatch": (
+        "A probe batch of the sweep failed: its nodes were not probed; they stay due and lead the next sweep's rotation"
+    ),
+    "StreamNotifier": (
+        "The stream notifier failed: Lambda retries the batch (split in two), then keeps its place in the "
+        "notifier DLQ; incidents are told late, or not at all for the records that reach the DLQ"
+    ),
+    "AlertGroups": (
+        "The alert-group function failed: a cluster's group is tried again from its queue and after ten receives "
+        "waits, untold, in the alert-group DLQ; a failed daily summary is retried by Lambda, then skipped"
+    ),
+    "Courier": (
+        "The courier failed as a whole (a channel refusing one message is retried per message, not this): the "
+        "outbox keeps the batch and hands it over again; alerts are late"
+    ),
+}
+#: Alarm periods of the functions' errors and throttles.
+FUNCTION_ALARM_PERIOD = cdk.Duration.minutes(5)
+
+
+def function_metric(function: lambda_.IFunction, name: str) -> cloudwatch.Metric:
+    """``name`` (Errors, Throttles) of one function, summed over five minutes (AWS/Lambda, FunctionName)."""
+    return function.metric(name, period=FUNCTION_ALARM_PERIOD, statistic="Sum")
 
 
 def account_metric(name: str, *, statistic: str = "Maximum", period: cdk.Duration) -> cloudwatch.Metric:
@@ -127,7 +165,11 @@ class Observability(Construct):
         sweep_log_group: logs.ILogGroup,
         unknown_share_percent: float,
         other_alarms: Sequence[cloudwatch.IAlarm] = (),
+        functions: Mapping[str, lambda_.IFunction] | None = None,
+        errors_alarmed: Collection[lambda_.IFunction] = (),
     ) -> None:
+        """``functions``: every function of the stack by its construct id (each gets a Throttles alarm and, unless
+        it is in ``errors_alarmed``, an Errors alarm)."""
         super().__init__(scope, construct_id)
         if not 0 < unknown_share_percent < 100:
             raise ValueError(f"unknownShareAlarmPercent must be above 0 and below 100, got {unknown_share_percent}")
@@ -181,7 +223,28 @@ class Observability(Construct):
                 "the unprocessed-events queue: that event is lost (a delivery that failed and was kept raises the "
                 "unprocessed-events alarm instead)",
             )
+        self._function_alarms(functions or {}, errors_alarmed)
         self.dashboard = self._build_dashboard(state_machine, sweep_log_group, other_alarms)
+
+    def _function_alarms(self, functions: Mapping[str, lambda_.IFunction], errors_alarmed: Collection) -> None:
+        """Each function's errors (unless its construct alarms on them) and throttles; no data is no error."""
+        undescribed = sorted(n for n, f in functions.items() if f not in errors_alarmed and n not in FAILURES)
+        if undescribed:
+            raise ValueError(f"say what an error of {', '.join(undescribed)} means: add a line to FAILURES")
+        for name, function in functions.items():
+            if function not in errors_alarmed:
+                self.alarms[_snake(name) + "_errors"] = alarm(
+                    self, f"{name}Errors", function_metric(function, "Errors"), FAILURES[name], self.topic
+                )
+            self.alarms[_snake(name) + "_throttles"] = alarm(
+                self,
+                f"{name}Throttles",
+                function_metric(function, "Throttles"),
+                f"Lambda refused to run {name}: the account's concurrent executions in this Region were used up "
+                "(a burst here or another workload). What invoked it tries again, so its work is late, and lost "
+                "once those tries run out",
+                self.topic,
+            )
 
     def _alarm(
         self,
@@ -324,7 +387,7 @@ class Observability(Construct):
                 title="Alarms: the watcher's own, then delivery and processing",
                 alarms=[*self.alarms.values(), *other_alarms],
                 width=12,
-                height=6,
+                height=8,
             ),
         )
         dashboard.add_widgets(

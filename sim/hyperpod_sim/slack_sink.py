@@ -116,7 +116,7 @@ class SlackSink:
         self.rate_limit = rate_limit
         self.clock = clock
         self._buckets: dict[str, _Bucket] = {}
-        self._faults: deque[tuple[int, float | None]] = deque()
+        self._faults: deque[tuple[int, float | None, bool]] = deque()
         #: every request answered with this status until :meth:`outage` is called with None
         self._outage: int | None = None
         #: seconds each request waits before any answer (a hanging endpoint)
@@ -186,10 +186,11 @@ class SlackSink:
         with self._lock:
             self._hang = max(seconds, 0.0)
 
-    def fail_next(self, n: int, status: int = 500, *, retry_after: float | None = None) -> None:
-        """Answer the next ``n`` requests with ``status`` (and a ``Retry-After`` header when given)."""
+    def fail_next(self, n: int, status: int = 500, *, retry_after: float | None = None, echo: bool = False) -> None:
+        """Answer the next ``n`` requests with ``status`` (and a ``Retry-After`` header when given). ``echo``:
+        the body quotes the request line, as a proxy's or gateway's error page often does."""
         with self._lock:
-            self._faults.extend([(status, retry_after)] * n)
+            self._faults.extend([(status, retry_after, echo)] * n)
 
     # ----------------------------------------------------------------- the answer
 
@@ -207,8 +208,14 @@ class SlackSink:
             if self._outage is not None:
                 return self._outage, "service_unavailable", {}
             if self._faults:
-                status, retry_after = self._faults.popleft()
+                status, retry_after, echo = self._faults.popleft()
                 headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+                if echo:
+                    return (
+                        status,
+                        f"<html><body>502 Bad Gateway: upstream failed for POST {path}</body></html>",
+                        headers,
+                    )
                 return status, "rate_limited" if status == 429 else "fault injected", headers
             if self.rate_limit is not None:
                 now = self.clock()

@@ -16,6 +16,7 @@ from mcp import Client, StdioServerParameters
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_sim import agent_demo, scenarios
 from hyperpod_sim.server import simulated_aws
+from tests.cli_server import mcp_over_http
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CLI = pathlib.Path(sys.executable).with_name("hyperpod-debugger")
@@ -82,27 +83,8 @@ def _free_port() -> int:
 
 
 def test_the_cli_serves_streamable_http_on_loopback():
-    import socket
-    import time
-
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HYPERPOD_DEBUGGER_")}
-    server = subprocess.Popen(  # noqa: S603 - our own CLI
-        [str(CLI), "mcp", "--transport", "streamable-http", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with socket.socket() as attempt:
-                if attempt.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert server.poll() is None, server.stderr.read() if server.stderr else ""
-            assert time.monotonic() < deadline, "the server did not listen within 60 s"
-            time.sleep(0.2)
+    with mcp_over_http("127.0.0.1", port):
 
         async def talk() -> tuple:
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:
@@ -113,6 +95,3 @@ def test_the_cli_serves_streamable_http_on_loopback():
         tools, page = anyio.run(talk)
         assert {t.name for t in tools.tools} >= {"triage_cluster", "draft_support_case"}
         assert page.structured_content["text"].startswith("## K Node access through SSM")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)

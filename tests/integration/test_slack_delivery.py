@@ -130,6 +130,19 @@ def test_persistent_5xx_raises_after_the_last_attempt(sink, sleep):
     assert sink.requests == 3 and sleep.waits == [1.0, 2.0]
 
 
+def test_a_gateway_error_that_echoes_the_webhook_path_keeps_no_secret(sink, sleep, caplog):
+    # GIVEN a proxy in front of Slack whose error page quotes the request line (the path is the secret)
+    caplog.set_level(logging.DEBUG)
+    sink.fail_next(1, status=502, echo=True)
+    with pytest.raises(DeliveryError) as info:
+        post_to_webhook(sink.url, PAYLOAD, sleep=sleep)
+    # THEN neither the error (a dead-letter reason, a log line) nor any record carries the secret part
+    secret = WEBHOOK_PATH.rsplit("/", 1)[-1]
+    assert info.value.status == 502 and "upstream failed for POST" in info.value.message
+    assert secret not in str(info.value) and WEBHOOK_PATH not in str(info.value)
+    assert_url_not_logged(caplog, sink.url)
+
+
 def test_sink_down_raises_delivery_error_without_the_url(sleep, caplog):
     caplog.set_level(logging.DEBUG)
     with SlackSink() as sink:

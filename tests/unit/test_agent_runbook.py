@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -92,5 +93,7 @@ def test_reboots_and_replacements_are_read_from_the_events_oldest_first():
 def test_quoted_text_cannot_break_the_markdown():
     assert support_case._cell("a | b\nc") == "a \\| b c"
     fenced = support_case._fence(["before", "``` not the end", "after"])
-    assert fenced[0] == "```" and fenced[-1] == "```"
-    assert all(not line.startswith("```") for line in fenced[1:-1])
+    # CommonMark: a fence closes only on a run of backticks at least as long as the opening one
+    opening = re.match(r"`+", fenced[0]).group(0)
+    assert len(opening) > 3 and fenced[-1] == opening
+    assert all(not line.startswith(opening) for line in fenced[1:-1])

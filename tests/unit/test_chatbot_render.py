@@ -613,7 +613,9 @@ def test_hostile_text_is_still_readable() -> None:
     description = render("hostile", BASE)["content"]["description"]
     assert "[x] (https[:]//evil.example/p)" in description
     assert "&lt;!channel&gt;" in description and "'code'" in description and "redevil" not in description
-    assert "red evil zerowidth" in description  # escape sequences and invisible characters removed, words kept
+    # escape sequences and invisible characters shown as escapes, never interpreted; the words kept
+    assert "\\x1b[31mred\\x1b[0m" in description and "\x1b" not in description
+    assert "\\u202eevil\\u202c zero\\u200bwidth" in description and "\u202e" not in description
 
 
 def test_a_cut_that_falls_inside_a_code_block_closes_it_and_says_so() -> None:

@@ -242,7 +242,8 @@ def test_given_a_lifecycle_error_when_checked_then_one_p1_failure_names_the_caus
     finding = only(check_lifecycle(obs, context()))
     assert (finding.tag, finding.priority, finding.section) == (Tag.FAIL, Priority.P1, "D")
     assert fragment in finding.message
-    assert finding.evidence == [line.rstrip() for line in matching]
+    # a carriage return is evidence of the cause: it is shown, as the two characters a reader can see
+    assert finding.evidence == [line.rstrip().replace("\r", "\\x0d") for line in matching]
     assert (finding.instance_id, finding.instance_group) == (IID, "workers")
     assert finding.root_cause
     assert not any(c.mutates for c in finding.suggested_commands)

@@ -174,11 +174,18 @@ def test_a_data_message_without_a_required_field_names_it(field):
         read_subscription(wrap(document), region=REGION)
 
 
-def test_a_log_event_of_the_wrong_type_names_the_field():
+def test_a_log_event_of_the_wrong_type_names_the_field_and_the_others_are_still_read():
+    # GIVEN the recorded delivery whose second (status) event's message is not a string
     document = sample()
     document["logEvents"][1]["message"] = {"not": "a string"}
-    with pytest.raises(LogPayloadError, match=r"logEvents\.1\.message"):
-        read_subscription(wrap(document), region=REGION)
+    # WHEN it is read
+    batch = read(document)
+    # THEN that event is reported with where and why, and the detection of the first still becomes a signal
+    [bad] = batch.bad_events
+    assert bad.index == 1 and bad.id == document["logEvents"][1]["id"]
+    assert bad.reason.startswith("logEvents.1.message: Input should be a valid string")
+    [signal] = batch.signals
+    assert signal.node == NODE_A and batch.detections == 1
 
 
 def test_an_unknown_message_type_is_rejected():

@@ -527,7 +527,8 @@ def test_text_from_the_cluster_cannot_open_or_close_a_code_block_mention_or_link
 def test_a_hostile_message_is_escaped_in_the_fallback_text_and_plain_in_the_email() -> None:
     batch = batches()["hostile"]
     payload = alerts.slack(batch, runbook_base_url=None)
-    assert "&lt;!channel&gt; &lt;@U024BE7LH&gt; &lt;https://evil.example|click&gt;" in payload["text"]
+    # escaped and defanged: no mention, and no link (the scheme's colon is bracketed)
+    assert "&lt;!channel&gt; &lt;@U024BE7LH&gt; &lt;https[:]//evil.example|click&gt;" in payload["text"]
     _, body = alerts.email(batch, runbook_base_url=None)
     assert f"\nWhy: {HOSTILE}\n" in body
 

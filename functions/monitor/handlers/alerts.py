@@ -3,7 +3,8 @@
 (:func:`functions.monitor.logic.alert_groups.daily_summary`).
 
 Triggers: the alert-group queue (SQS, each message delayed until its group is due) and a daily EventBridge
-schedule. A flush message that cannot be read is kept in the unprocessed queue and not retried.
+schedule. A flush message that cannot be read is kept in the unprocessed queue and not retried, and so is a
+record without a message id (no partial response could name it); an empty batch is an empty response.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from functions.monitor.logic import alert_groups, alerts, outbox
 from functions.monitor.runtime import deadline, now, with_env
 from functions.shared.clients import bookkeeping_clients, clients
 from functions.shared.env import AlertsEnv, alerts_env
+from functions.shared.events import batch_records, without_surrogates
 from functions.shared.observability import logger, metrics, tracer
 from hyperpod_debugger.aws.incident_store import IncidentStore
 from hyperpod_debugger.notify import alerts as words
@@ -108,6 +110,7 @@ class _Run:
 @tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     run = _Run(alerts_env(), context)
+    event = without_surrogates(event)  # a lone surrogate cannot be logged or kept: shown as U+FFFD
     if isinstance(event, dict) and event.get("detail-type") == "Scheduled Event":
         summary = run.daily()
         metrics.add_metric(name="DailySummaries", unit=MetricUnit.Count, value=summary["queued"])
@@ -120,7 +123,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             if not isinstance(body, dict):
                 raise ValueError("the body is not a JSON object")
             alert_groups.message_of(body)
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:  # TypeError: a body that is not a string
             run.set_aside(record.raw_event, f"alert-group message that cannot be read: {exc}")
             return
         result = run.flush(body)
@@ -128,9 +131,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             metrics.add_metric(name=f"AlertMessages{batch.kind.title()}", unit=MetricUnit.Count, value=1)
         logger.info("alert group flushed", **result.summary())
 
-    raw = event.get("Records") if isinstance(event, dict) else None
-    records = [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
+    batch = batch_records(event)
+    for raw, reason in batch.set_aside:
+        run.set_aside(raw, f"alert-group record that cannot be named: {reason}")
+    if not batch.records:  # nothing a partial response could name (Powertools refuses an empty batch)
+        logger.info("alert-group batch holds no record to flush", set_aside=len(batch.set_aside))
+        return {"batchItemFailures": []}
     response = process_partial_response(
-        event={"Records": records}, record_handler=record_handler, processor=_processor, context=context
+        event={"Records": batch.records}, record_handler=record_handler, processor=_processor, context=context
     )
     return dict(response)

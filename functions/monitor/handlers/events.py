@@ -5,7 +5,8 @@ function runs one triage for every event of the window (``logic.windows``): an u
 cluster opens a window due in seconds (the leading edge), any other waits for the cluster's window or
 cooldown; without a queue, the event is triaged at once. Idempotent on the EventBridge event id (SageMaker
 may send one change twice). An event no retry can fix is kept, with the reason, in the unprocessed-events
-queue.
+queue (a lone surrogate in it shown as U+FFFD). Only a failed triage, or an unprocessed-events queue that
+refuses the event, raises: Lambda retries the event, then hands it to its on-failure destination.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from functions.monitor.logic import signals
 from functions.monitor.runtime import reject, validation_errors, with_env
 from functions.monitor.signal_run import coalesced, signal_runner
 from functions.shared.env import monitor_env
-from functions.shared.events import parse_hyperpod_event
+from functions.shared.events import parse_hyperpod_event, without_surrogates
 from functions.shared.observability import logger, metrics, tracer
 
 
@@ -31,6 +32,7 @@ from functions.shared.observability import logger, metrics, tracer
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     env = monitor_env()
     metrics.add_metric(name="EventsReceived", unit=MetricUnit.Count, value=1)
+    event = without_surrogates(event)  # a lone surrogate cannot be logged, stored or kept: shown as U+FFFD
     try:
         parsed = parse_hyperpod_event(event)
         signal = signals.signal_of(parsed)

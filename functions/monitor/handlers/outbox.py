@@ -1,7 +1,10 @@
 """The courier: the outbox (SQS FIFO) → Slack, SNS and the findings' EventBridge bus, one attempt per message
 per invocation, each Slack webhook at its pace shared by every concurrent courier
 (:class:`functions.monitor.logic.outbox.Courier` decides; this wires it to the queue, the channels and the
-shared lanes in the idempotency table)."""
+shared lanes in the idempotency table).
+
+A record without a message id (no partial response could name it) is set aside: logged and counted, never
+delivered or reported; an empty batch is an empty response."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from functions.monitor.logic import outbox
 from functions.monitor.runtime import deadline, with_env
 from functions.shared.clients import bookkeeping_clients, clients
 from functions.shared.env import courier_env
+from functions.shared.events import batch_records, without_surrogates
 from functions.shared.metric_names import FINDING_EVENTS_PUT
 from functions.shared.observability import logger, metrics, tracer
 
@@ -32,13 +36,31 @@ clock: Callable[[], float] = time.time
 sleep: Callable[[float], None] = time.sleep
 
 
+def _readable(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with attributes the FIFO processor can read (it groups records by ``MessageGroupId``): an
+    attribute of the wrong type reads as absent."""
+    given = record.get("attributes")
+    attributes = {k: v for k, v in given.items() if isinstance(v, str)} if isinstance(given, dict) else {}
+    return record if attributes == given else {**record, "attributes": attributes}
+
+
 def _record(raw: SQSRecord) -> outbox.OutboxRecord:
+    """The record as the courier reads it; a field of the wrong type reads as absent (a body that is not a
+    string is then not an outbox message, and goes to the dead-letter queue with that reason)."""
+    event = raw.raw_event
+    given = event.get("attributes")
+    attributes: dict[str, Any] = given if isinstance(given, dict) else {}
+    body, group, handle = event.get("body"), attributes.get("MessageGroupId"), event.get("receiptHandle")
+    try:
+        count = max(int(str(attributes.get("ApproximateReceiveCount") or "1")), 1)
+    except ValueError:
+        count = 1
     return outbox.OutboxRecord(
         message_id=raw.message_id,
-        body=raw.body,
-        receipt_handle=raw.receipt_handle,
-        group=raw.attributes.message_group_id or "",
-        receive_count=int(raw.attributes.approximate_receive_count or 1),
+        body=body if isinstance(body, str) else "",
+        receipt_handle=handle if isinstance(handle, str) else "",
+        group=group if isinstance(group, str) else "",
+        receive_count=count,
     )
 
 
@@ -48,8 +70,14 @@ def _record(raw: SQSRecord) -> outbox.OutboxRecord:
 @tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     env = courier_env()
-    raw = event.get("Records") if isinstance(event, dict) else None
-    records = [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
+    batch = batch_records(without_surrogates(event))
+    for _, reason in batch.set_aside:
+        metrics.add_metric(name="OutboxRecordsSetAside", unit=MetricUnit.Count, value=1)
+        logger.error("outbox record set aside: it cannot be delivered or reported", reason=reason)
+    if not batch.records:  # nothing a partial response could name (Powertools refuses an empty batch)
+        logger.info("outbox batch holds no record to deliver", set_aside=len(batch.set_aside))
+        return {"batchItemFailures": []}
+    records = [_readable(r) for r in batch.records]
     ledger: outbox.Ledger = outbox.NoLedger()
     lanes: outbox.Lanes = outbox.LocalLanes()
     if env.IDEMPOTENCY_TABLE:

@@ -15,7 +15,7 @@ from functions.monitor.logic import sweep
 from functions.monitor.runtime import now, validation_errors, with_env
 from functions.shared.clients import clients
 from functions.shared.env import sweep_env
-from functions.shared.events import ProbeBatch
+from functions.shared.events import ProbeBatch, without_surrogates
 from functions.shared.observability import logger, metrics, tracer
 from hyperpod_debugger.aws.incident_store import IncidentStore
 from hyperpod_debugger.aws.store import FindingStore
@@ -39,7 +39,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     aws = clients(env.AWS_REGION)
     store = FindingStore(aws, env.FINDINGS_TABLE, history_ttl=env.history_ttl)
     try:
-        batch = ProbeBatch.model_validate(event)
+        batch = ProbeBatch.model_validate(without_surrogates(event))  # a lone surrogate reads as U+FFFD
         nodes = batch.nodes
         if batch.batch is not None:
             stored = store.plan_batch(batch.cluster_arn, batch.sweep_id, batch.batch)

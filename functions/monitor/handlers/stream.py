@@ -1,8 +1,10 @@
 """The findings table's DynamoDB stream → finding events in the outbox, and the alert groups of clusters
 whose incidents changed armed (their messages follow from the alert-group function).
 
-A record that cannot be read is kept aside (with the reason) and never fails the batch; a record whose
-message the outbox refused, or whose cluster's group could not be armed, fails and the stream retries it.
+A record that cannot be read is kept aside (with the reason) and never fails the batch; nor does one without a
+sequence number (no partial response could name it: it is set aside, logged and counted). A record whose
+message the outbox refused, or whose cluster's group could not be armed, fails and the stream retries it. The
+response only ever names records of the batch, and a batch with nothing to name is an empty response.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from functions.monitor.logic import alert_groups, alerts, outbox, stream
 from functions.monitor.runtime import deadline, now, with_env
 from functions.shared.clients import bookkeeping_clients, clients
 from functions.shared.env import notifier_env
+from functions.shared.events import without_surrogates
 from functions.shared.observability import logger, metrics, tracer
 from hyperpod_debugger.aws.store import from_item
 
@@ -35,6 +38,7 @@ _processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entir
 @tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     env = notifier_env()
+    event = without_surrogates(event)  # a lone surrogate cannot be logged or kept: shown as U+FFFD
     raw_records = event.get("Records") if isinstance(event, dict) else None
     records = list(raw_records) if isinstance(raw_records, list) else []
     metrics.add_metric(name="StreamRecords", unit=MetricUnit.Count, value=len(records))
@@ -69,6 +73,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         ),
     )
     _report(result, ledger)
+    if not result.records:  # nothing a partial response could name (Powertools refuses an empty batch)
+        return {"batchItemFailures": []}
 
     def record_handler(record: DynamoDBRecord) -> None:
         rid = alerts.record_id(record.raw_event)

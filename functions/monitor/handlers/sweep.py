@@ -17,7 +17,7 @@ from functions.monitor.logic import sweep
 from functions.monitor.runtime import now, validation_errors, with_env
 from functions.shared.clients import clients
 from functions.shared.env import sweep_env
-from functions.shared.events import SweepItem
+from functions.shared.events import SweepItem, without_surrogates
 from functions.shared.observability import logger, metrics, tracer
 from hyperpod_debugger.aws.incident_store import IncidentStore
 from hyperpod_debugger.aws.store import FindingStore
@@ -33,7 +33,7 @@ from hyperpod_debugger.triage import TriageRequest, triage_with_observation
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     env = sweep_env()
     try:
-        item = SweepItem.model_validate(event)
+        item = SweepItem.model_validate(without_surrogates(event))  # a lone surrogate reads as U+FFFD
     except ValidationError as exc:
         errors = validation_errors(exc)
         logger.error("sweep input rejected", errors=errors)

@@ -3,7 +3,8 @@
 Each message names one cluster's window (:mod:`functions.monitor.logic.windows`). A message that is not a
 window message is kept, with the reason, in the unprocessed-events queue and not retried; a window whose
 triage fails is reported as a batch item failure, so SQS retries it (its events stay kept) and, after the
-queue's receive limit, keeps the message in the unprocessed-events queue.
+queue's receive limit, keeps the message in the unprocessed-events queue. A record without a message id (no
+partial response could name it) is set aside, logged and counted; an empty batch is an empty response.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from functions.monitor.signal_run import window_runner
 from functions.monitor.window_store import TableWindows
 from functions.shared.clients import clients
 from functions.shared.env import MonitorEnv, monitor_env
+from functions.shared.events import batch_records, without_surrogates
 from functions.shared.observability import logger, metrics, tracer
 
 _processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
@@ -32,7 +34,7 @@ def _window(record: SQSRecord, env: MonitorEnv, context: LambdaContext) -> dict[
     try:
         body = json.loads(record.body)
         window = windows.Window.from_message(body if isinstance(body, dict) else {})
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:  # TypeError: a body that is not a string
         errors = [{"at": "body", "error": str(exc)[:300]}]
         return reject(
             {"id": record.message_id, "body": record.body},
@@ -69,10 +71,21 @@ def _window(record: SQSRecord, env: MonitorEnv, context: LambdaContext) -> dict[
 @tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     env = monitor_env()
-    raw = event.get("Records") if isinstance(event, dict) else None
-    records = [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
+    batch = batch_records(without_surrogates(event))
+    for raw, reason in batch.set_aside:
+        reject(
+            raw,
+            [{"at": "record", "error": reason}],
+            queue_url=env.UNPROCESSED_QUEUE_URL,
+            region=env.AWS_REGION,
+            kind="window record",
+            metric="WindowMessagesRejected",
+        )
+    if not batch.records:  # nothing a partial response could name (Powertools refuses an empty batch)
+        logger.info("window batch holds no record to run", set_aside=len(batch.set_aside))
+        return {"batchItemFailures": []}
     response = process_partial_response(
-        event={"Records": records},
+        event={"Records": batch.records},
         record_handler=lambda record: _window(record, env, context),
         processor=_processor,
         context=context,

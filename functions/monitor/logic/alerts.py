@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from functions.shared.events import parse_stream_record
+from functions.shared.events import parse_stream_record, stream_sequence_number
 from hyperpod_debugger.domain.validate import region_of_arn
 from hyperpod_debugger.lifecycle.findings import NOTIFYING, StoredFinding, TransitionKind
 from hyperpod_debugger.notify import finding_event
@@ -131,12 +131,10 @@ def armed_cluster(new: dict[str, Any] | None, old: dict[str, Any] | None) -> Clu
 
 
 def record_id(raw: Any) -> str:
-    """A stream record's sequence number (what a partial batch response names), or ""."""
-    if not isinstance(raw, dict):
-        return ""
-    images = raw.get("dynamodb")
-    sequence = images.get("SequenceNumber") if isinstance(images, dict) else None
-    return str(sequence or "")
+    """A stream record's sequence number (what a partial batch response names), or "" when it has none a
+    response could name (missing, blank, or not a string: Lambda would not find it in the batch)."""
+    sequence = stream_sequence_number(raw)
+    return sequence if sequence.strip() else ""
 
 
 @dataclass
@@ -162,7 +160,7 @@ def read_records(records: Sequence[Any], *, from_item: Callable[..., StoredFindi
     for raw in records:
         rid = record_id(raw)
         if not rid:
-            read.orphans.append((raw, "the record has no dynamodb.SequenceNumber"))
+            read.orphans.append((raw, "the record has no dynamodb.SequenceNumber string"))
             continue
         read.records[rid] = raw
         try:
@@ -173,6 +171,8 @@ def read_records(records: Sequence[Any], *, from_item: Callable[..., StoredFindi
                 read.arms.setdefault(ref.cluster_arn, (ref, []))[1].append(rid)
                 continue
             change = change_of(rid, new, old, from_item)
+            if change is not None:  # an item the store could not have written cannot be told: set aside here
+                finding_event.entry(finding_event.detail_of(change.kind, change.at, change.finding), "-")
         except ValidationError as exc:
             read.unreadable[rid] = _reason(exc)
             continue

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from functions.monitor.logic.alerts import Delivery, Message
+from hyperpod_debugger.domain.redact import redact
 from hyperpod_debugger.notify import finding_event
 from hyperpod_debugger.notify.policy import Batch
 
@@ -171,10 +172,12 @@ class ChannelError(Exception):
     ``permanent``: sending the same message again cannot succeed (Slack refused the payload, the
     webhook is gone): it goes to the dead-letter queue at once instead of holding back its group.
     ``retry_after``: the channel said when to come back (Slack's 429 Retry-After), in seconds.
+    The message is redacted (:func:`~hyperpod_debugger.domain.redact.redact`) when the error is made: it
+    becomes a dead-letter reason and a log line, and a proxy or Slack error can echo a webhook's path.
     """
 
     def __init__(self, message: str, *, permanent: bool = False, retry_after: float | None = None) -> None:
-        super().__init__(message)
+        super().__init__(redact(message))
         self.permanent = permanent
         self.retry_after = retry_after
 
@@ -511,7 +514,7 @@ class Courier:
         try:
             item = OutboxMessage.from_json(record.body)
         except ValueError as exc:
-            reason = f"not an outbox message: {exc}"
+            reason = redact(f"not an outbox message: {exc}")
             self.ports.dead_letter(record.body, group=record.group or "-", dedup=record.message_id, reason=reason)
             self.dead.append((record.message_id, reason))
             return

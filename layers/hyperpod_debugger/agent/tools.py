@@ -15,13 +15,16 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from importlib import resources
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from hyperpod_debugger.agent import runbook
 from hyperpod_debugger.domain import validate
 from hyperpod_debugger.domain.model import SuggestedCommand, TriageReport
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.report.support_case import SupportCase
 
 TABLE_ENV = "HYPERPOD_DEBUGGER_TABLE"
 ClientsFactory = Callable[[str], Any]  # Region → AwsClients
@@ -382,9 +385,10 @@ def draft_support_case(
     region: str | None = None,
     days: int = 14,
     profile: str | None = None,
-) -> tuple[Any, str]:
+) -> SupportCase:
+    """The draft case as data; the caller renders it (:func:`~hyperpod_debugger.report.support_case.render_markdown`)
+    from what it hands on, so the Markdown quotes the same text."""
     from hyperpod_debugger.cli.support_case import CaseError, build
-    from hyperpod_debugger.report.support_case import render_markdown
 
     cluster = _checked(validate.cluster, cluster)
     node = _checked(validate.instance_id, node)
@@ -393,7 +397,6 @@ def draft_support_case(
     name = _table(table) if (table or os.environ.get(TABLE_ENV)) else None
     chosen = _region(cluster, region, profile)
     try:
-        case = build(clients_for(chosen), cluster, node, name, datetime.now(UTC), days)
+        return build(clients_for(chosen), cluster, node, name, datetime.now(UTC), days)
     except CaseError as exc:
         raise ToolFailure(exc.kind, str(exc)) from exc
-    return case, render_markdown(case)

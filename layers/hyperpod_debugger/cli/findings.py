@@ -26,6 +26,7 @@ from typing import Any
 
 from hyperpod_debugger.cli.common import PROFILE_HELP, REGION_HELP, region_for
 from hyperpod_debugger.domain import validate
+from hyperpod_debugger.domain.untrusted import visible
 from hyperpod_debugger.lifecycle.findings import FINGERPRINT_CHARS, State, StoredFinding
 
 TABLE_ENV = "HYPERPOD_DEBUGGER_TABLE"
@@ -211,7 +212,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps([finding_json(f) for f in sorted(found, key=sort_key)], indent=2))
             else:
-                sys.stdout.write(render_findings(found, cluster or str(arn), args.table))
+                sys.stdout.write(visible(render_findings(found, cluster or str(arn), args.table), newlines=True))
             return 0
         if args.verb == "history":
             key = node or str(arn)
@@ -219,14 +220,14 @@ def cmd_findings(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps([_plain(asdict(r)) for r in records], indent=2))
             else:
-                sys.stdout.write(render_history(records, key))
+                sys.stdout.write(visible(render_history(records, key), newlines=True))
             return 0
         if args.verb == "sweeps":
             records = [_plain(r) for r in store.sweeps(str(arn), limit=limit)]
             if args.json:
                 print(json.dumps(records, indent=2))
             else:
-                sys.stdout.write(render_sweeps(records, str(arn)))
+                sys.stdout.write(visible(render_sweeps(records, str(arn)), newlines=True))
             return 0
         # ack
         done = store.acknowledge(str(arn), args.fingerprint, args.by.strip(), datetime.now(UTC))

@@ -142,8 +142,41 @@ def _parser() -> argparse.ArgumentParser:
         "come back as text for a person to run.",
     )
     mcp.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
-    mcp.add_argument("--host", default="127.0.0.1", help="streamable-http: address to listen on (default loopback)")
+    mcp.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="streamable-http: address to listen on (default 127.0.0.1; any address other than 127.0.0.1, "
+        "localhost or ::1 needs --allow-remote)",
+    )
     mcp.add_argument("--port", type=_positive_int, default=8000, help="streamable-http: port (default 8000)")
+    mcp.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="streamable-http: allow a --host beyond loopback; whoever reaches the port with the bearer token "
+        "runs the triage with your AWS credentials. A token is then required: from --auth-token-env, or "
+        "generated and printed once on stderr",
+    )
+    mcp.add_argument(
+        "--auth-token-env",
+        metavar="NAME",
+        help="streamable-http: require 'Authorization: Bearer <token>', the token read from environment "
+        "variable NAME (never from the command line)",
+    )
+    mcp.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="streamable-http: another Host header value to accept (the name or address clients use; without a "
+        "port, --port); repeatable",
+    )
+    mcp.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="streamable-http: another Origin to accept, as http(s)://host[:port]; repeatable",
+    )
     mcp.add_argument("--profile", help=PROFILE_HELP)
     mcp.add_argument(
         "--table",
@@ -460,11 +493,64 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    server = build_server(profile=args.profile, table=args.table)
     if args.transport == "stdio":
-        server.run("stdio")
-    else:
-        server.run("streamable-http", host=args.host, port=args.port)
+        http_only = [
+            flag
+            for flag, given in (
+                ("--allow-remote", args.allow_remote),
+                ("--auth-token-env", args.auth_token_env),
+                ("--allowed-host", args.allowed_host),
+                ("--allowed-origin", args.allowed_origin),
+            )
+            if given
+        ]
+        if http_only:
+            return _refuse(args, f"{', '.join(http_only)}: for --transport streamable-http only")
+        build_server(profile=args.profile, table=args.table).run("stdio")
+        return 0
+    return _serve_mcp_http(args)
+
+
+def _serve_mcp_http(args: argparse.Namespace) -> int:
+    """``mcp --transport streamable-http``: loopback unless --allow-remote; beyond it, a bearer token always."""
+    from hyperpod_debugger.agent import server as mcp_server
+
+    if not mcp_server.is_loopback(args.host) and not args.allow_remote:
+        return _refuse(
+            args,
+            f"--host {args.host} is not a loopback address (127.0.0.1, localhost or ::1): anyone who can reach "
+            "it could run the triage, on-node probes included, with your AWS credentials. Reach a loopback "
+            "server through an SSH tunnel, or add --allow-remote (a bearer token is then required)",
+        )
+    token: str | None = None
+    generated = False
+    if args.auth_token_env:
+        token = os.environ.get(args.auth_token_env)
+        if not token:
+            return _refuse(
+                args, f"--auth-token-env: the environment variable {args.auth_token_env} is not set or is empty"
+            )
+    elif args.allow_remote:
+        token, generated = mcp_server.new_token(), True
+    try:
+        access = mcp_server.http_access(
+            args.host, args.port, extra_hosts=args.allowed_host, extra_origins=args.allowed_origin, token=token
+        )
+    except mcp_server.AccessError as exc:
+        return _refuse(args, str(exc))
+    prefix = f"hyperpod-debugger {args.command}:"
+    if not access.loopback:
+        for line in mcp_server.exposure_warning(access, args.profile).splitlines():
+            print(f"{prefix} {line}", file=sys.stderr)
+    if generated:
+        print(
+            f"{prefix} bearer token for this run (shown once; send 'Authorization: Bearer <token>'): {token}",
+            file=sys.stderr,
+        )
+    elif token is not None:
+        print(f"{prefix} requests must carry the bearer token from ${args.auth_token_env}", file=sys.stderr)
+    print(f"{prefix} serving {access.url}", file=sys.stderr)
+    mcp_server.serve_http(mcp_server.build_server(profile=args.profile, table=args.table), access)
     return 0
 
 
@@ -477,6 +563,9 @@ def cmd_iam_policy(_: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from hyperpod_debugger.domain.redact import install_log_redaction
+
+    install_log_redaction()  # whatever a library logs (botocore's bodies, the MCP server's requests) is redacted
     handler = {
         "triage": cmd_triage,
         "probe": cmd_triage,

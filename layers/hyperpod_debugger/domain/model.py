@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hyperpod_debugger.domain import untrusted
 from hyperpod_debugger.domain.sections import is_section, link, pointer
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -132,7 +133,25 @@ class Finding(BaseModel):
         value = " ".join(value.split())
         if not value:
             raise ValueError("message must not be empty")
-        return value
+        return untrusted.clean(value)
+
+    @field_validator("root_cause", "next_step", "caused_by")
+    @classmethod
+    def _outside_text(cls, value: str | None) -> str | None:
+        return untrusted.clean(value) if value else value
+
+    @field_validator("explains")
+    @classmethod
+    def _outside_texts(cls, value: list[str]) -> list[str]:
+        return [untrusted.clean(v) for v in value]
+
+    @field_validator("evidence")
+    @classmethod
+    def _verbatim_but_safe(cls, value: list[str]) -> list[str]:
+        """Evidence is kept verbatim except for what must never be kept or shown: credentials (redacted, with
+        their kind), invisible and control characters (shown as escapes) and lines beyond
+        :data:`~hyperpod_debugger.domain.untrusted.LINE_LIMIT` characters (cut, saying how much)."""
+        return untrusted.clean_lines(value)
 
     @field_validator("section")
     @classmethod

@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 from hyperpod_debugger.domain.model import Priority
 from hyperpod_debugger.domain.sections import RUNBOOK_PATH, SECTIONS, pointer, what_to_do
+from hyperpod_debugger.domain.untrusted import slack_code, slack_text, visible
 from hyperpod_debugger.lifecycle.incidents import Incident, StoredIncident
 from hyperpod_debugger.notify.messages import (
     EMOJI,
@@ -57,14 +58,14 @@ VERDICT_WORDS = {
     "cause": "CLUSTER PROBLEM",
     "unknown": "COULD NOT CHECK",
 }
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 
 
 # --------------------------------------------------------------------------- words shared by every channel
 
 
 def one_line(text: str) -> str:
-    return " ".join(_CONTROL.sub(" ", text).split())
+    """``text`` on one line, every control, bidirectional or invisible character shown as an escape."""
+    return " ".join(visible(text, newlines=True).split())
 
 
 def _cut(text: str, limit: int) -> str:
@@ -132,11 +133,6 @@ def runbook_hint(section: str) -> str:
 def commands(incident: Incident) -> list[dict[str, Any]]:
     """The one next command, and the rung's own command after it (after a drain)."""
     return [c for c in (incident.next_command, incident.then_command) if c and c.get("command")]
-
-
-def _no_fence(text: str) -> str:
-    """Text that cannot close (or open) a Slack code fence."""
-    return text.replace("```", "'''")
 
 
 def when(text: str | None) -> str:
@@ -228,22 +224,27 @@ def _header(text: str) -> dict[str, Any]:
 
 
 def _mrkdwn(text: str) -> dict[str, Any]:
+    """A section of ``mrkdwn`` that Slack shows verbatim: it links and mentions nothing by itself (outside
+    text in it is quoted by :func:`_esc`; our own links are explicit)."""
     if len(text) > MAX_SECTION:
         text = text[: MAX_SECTION - 1] + "…"
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text, "verbatim": True}}
 
 
 def _context(*texts: str) -> dict[str, Any]:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": t[:2000]} for t in texts if t][:10]}
+    return {
+        "type": "context",
+        "elements": [{"type": "mrkdwn", "text": t[:2000], "verbatim": True} for t in texts if t][:10],
+    }
 
 
 _DIVIDER: dict[str, Any] = {"type": "divider"}
 
 
 def _esc(text: str, limit: int) -> str:
-    """Text from the cluster for mrkdwn: one line, cut at a word, Slack's three characters escaped, and no
-    code fence it could open or close."""
-    return _no_fence(escape(clip_words(text, limit)))
+    """Text from the cluster for mrkdwn: one line, cut at a word, quoted (:func:`untrusted.slack_text`: its
+    three escapes, no backtick that could open or close code, no URL Slack would link)."""
+    return slack_text(clip_words(text, limit))
 
 
 def _link_mrkdwn(section: str | None, base_url: str | None) -> str:
@@ -257,7 +258,7 @@ def _link_mrkdwn(section: str | None, base_url: str | None) -> str:
 
 def _command_mrkdwn(command: dict[str, Any]) -> str:
     heading = MUTATING_HEADING if command.get("mutates") else READ_ONLY_HEADING
-    text = _no_fence(escape(str(command.get("command") or "")))
+    text = escape(str(command.get("command") or "")).replace("`", "\u02cb")
     lines = [f"*{heading}:* {_esc(str(command.get('purpose') or ''), 200)}", f"```{text[:1500]}```"]
     if command.get("mutates"):
         lines.append(f"*Blast radius:* {_esc(str(command.get('blast_radius') or ''), 400)}")
@@ -269,7 +270,7 @@ def _command_mrkdwn(command: dict[str, Any]) -> str:
 def _cut_escaped(text: str, limit: int) -> str:
     """``text`` escaped for a code block it cannot close, in at most ``limit`` characters: when cut, marked
     with ``…`` and never inside one of Slack's escapes (``&amp;`` is not left as ``&am``)."""
-    out = _no_fence(escape(text))
+    out = slack_code(text)
     if len(out) <= limit:
         return out
     cut = out[: limit - 1]
@@ -284,7 +285,7 @@ def _evidence_block(lines: Sequence[str], budget: int = 2400) -> str | None:
         return None
     shown, used = [], 0
     for raw in lines:
-        line = _no_fence(escape(one_line(raw)))
+        line = slack_code(one_line(raw))
         if used + len(line) + 1 > budget:
             break
         shown.append(line)
@@ -309,7 +310,7 @@ def _incident_slack(batch: Batch, item: Item, base_url: str | None) -> dict[str,
         )
         blocks.append(_mrkdwn(text))
         blocks.append(_context(f"Incident `{s.incident_id}` · {READ_ONLY_NOTE}"))
-        return {"text": escape(clip_words(f"{mark} {title}", 300)), "blocks": blocks}
+        return {"text": slack_text(clip_words(f"{mark} {title}", 300)), "blocks": blocks}
     lines = [f"*Why:* {_esc(i.title, 1200)}"]
     if item.told == "escalated" and s.reason:
         lines.append(f"*Escalated:* {_esc(s.reason, 300)}")
@@ -345,7 +346,7 @@ def _incident_slack(batch: Batch, item: Item, base_url: str | None) -> dict[str,
     if evidence:
         blocks += [_DIVIDER, _mrkdwn(evidence)]
     blocks.append(_context(f"{opened_line(s)} · incident `{s.incident_id}`", READ_ONLY_NOTE))
-    return {"text": escape(clip_words(f"{mark} {title}: {i.title}", 300)), "blocks": blocks[:MAX_BLOCKS]}
+    return {"text": slack_text(clip_words(f"{mark} {title}: {i.title}", 300)), "blocks": blocks[:MAX_BLOCKS]}
 
 
 def _item_line(item: Item) -> str:
@@ -417,7 +418,7 @@ def _group_slack(batch: Batch, base_url: str | None) -> dict[str, Any]:
         f"All of them: `{escape(list_hint(batch.cluster_name, batch.region))}`",
     ]
     blocks.append(_context(" ".join(t for t in tail if t), _sections_mrkdwn(items, base_url), READ_ONLY_NOTE))
-    return {"text": escape(clip_words(f"{mark} {title}", 300)), "blocks": blocks[:MAX_BLOCKS]}
+    return {"text": slack_text(clip_words(f"{mark} {title}", 300)), "blocks": blocks[:MAX_BLOCKS]}
 
 
 def slack(batch: Batch, *, runbook_base_url: str | None) -> dict[str, Any]:

@@ -18,11 +18,11 @@ or daily message lists at most :data:`SHOWN` incidents, then how many more and t
 ``content.textType`` is ``client-markdown``: the text is rendered in the markdown of the platform it lands
 on. Text that comes from the cluster (finding titles, evidence, log lines, job names) is data, so it is made
 inert before it is placed: control and formatting characters (ANSI escape sequences, bidirectional overrides,
-zero-width characters) are removed; ``&``, ``<`` and ``>`` are escaped (no Slack ``<url|label>`` link, no
-``<!channel>`` or ``<@user>`` mention, no HTML); ``@`` becomes a full-width ``＠`` (no name mention); ``](``
-is broken (no markdown link) and ``://`` is defanged (no autolink); backticks become ``'`` so it can neither
-open nor close a code span. Commands, which are ours, keep their characters (they must stay copyable) except
-backticks and the three escaped ones.
+zero-width characters) are shown as escapes (``\\x1b``, ``\\u202e``), never interpreted; ``&``, ``<`` and
+``>`` are escaped (no Slack ``<url|label>`` link, no ``<!channel>`` or ``<@user>`` mention, no HTML); ``@``
+becomes a full-width ``＠`` (no name mention); ``](`` is broken (no markdown link) and ``://`` is defanged (no
+autolink); backticks become ``'`` so it can neither open nor close a code span. Commands, which are ours,
+keep their characters (they must stay copyable) except backticks and the three escaped ones.
 
 AWS's page states no length limit for these fields (in the part we could read), so the limits here are ours
 and conservative: the description within Slack's 3,000-character section text, the title within the
@@ -33,8 +33,6 @@ cut is cut at a word with a visible ``…``; nothing cut leaves a code fence ope
 from __future__ import annotations
 
 import hashlib
-import re
-import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -90,7 +88,6 @@ MAX_URL = 400
 #: Under SNS's 262,144-byte message (the description's cap keeps a message far below it).
 MAX_MESSAGE_BYTES = 200_000
 
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 _FENCE = "```"
 _PRIORITY_ORDER = (Priority.P0, Priority.P1, Priority.P2)
 
@@ -99,9 +96,8 @@ _PRIORITY_ORDER = (Priority.P0, Priority.P1, Priority.P2)
 
 
 def _clean(text: str) -> str:
-    """One line without escape sequences, control characters or invisible formatting characters."""
-    text = _ANSI.sub("", text)
-    text = "".join(ch for ch in text if unicodedata.category(ch) not in ("Cf", "Cs"))
+    """One line in which escape sequences, control characters and invisible formatting characters are shown
+    as escapes (``\\x1b``, ``\\u202e``): visible to the reader, interpreted by no client."""
     return one_line(text)
 
 

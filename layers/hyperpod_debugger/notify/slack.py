@@ -25,35 +25,12 @@ from urllib.parse import urlsplit
 
 import urllib3
 
+from hyperpod_debugger.domain.redact import install_log_redaction, redact, register_secret
+
 logger = logging.getLogger(__name__)
-
-#: Secret fragments (webhook URLs and their paths) -> the label logged instead.
-_SECRETS: dict[str, str] = {}
-
-
-class _RedactWebhooks(logging.Filter):
-    """Replace any webhook URL or path in a record by its :func:`webhook_id`.
-
-    urllib3 logs each request line, path included, at DEBUG; in a webhook URL the path is the secret.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not _SECRETS:
-            return True
-        text = record.getMessage()
-        redacted = text
-        for secret, label in sorted(list(_SECRETS.items()), key=lambda kv: -len(kv[0])):  # longest first
-            redacted = redacted.replace(secret, label)
-        if redacted != text:
-            record.msg, record.args = redacted, None
-        return True
-
-
-_REDACT = _RedactWebhooks()
-for _name in ("urllib3.connectionpool", "urllib3.poolmanager", "urllib3.connection", __name__):
-    _log = logging.getLogger(_name)
-    if not any(isinstance(f, _RedactWebhooks) for f in _log.filters):
-        _log.addFilter(_REDACT)
+# The webhook URL must never reach a log record, whoever configures logging: redaction is installed with this
+# module (idempotent; the functions and the CLI install it too).
+install_log_redaction()
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -102,9 +79,14 @@ def _retry_after(response: urllib3.BaseHTTPResponse) -> float | None:
 
 
 def _body_excerpt(response: urllib3.BaseHTTPResponse, url: str) -> str:
+    """The start of an error body, safe to log and to keep as a dead-letter reason: Slack or a proxy in
+    between may echo the webhook URL, its path, or the path's last part (the secret token)."""
     text = (response.data or b"").decode("utf-8", "replace").strip()
-    text = " ".join(text.replace(url, "<webhook>").split())
-    return text[:200] or "(empty body)"
+    path = urlsplit(url).path
+    secrets = [url, path, *(part for part in path.split("/") if len(part) >= 12)]
+    for secret in sorted((s for s in secrets if len(s) > 1), key=len, reverse=True):
+        text = text.replace(secret, "<webhook>")
+    return redact(" ".join(text.split()))[:200] or "(empty body)"
 
 
 def post_to_webhook(
@@ -121,9 +103,10 @@ def post_to_webhook(
     _check_url(url)
     hook = webhook_id(url)
     path = urlsplit(url).path
-    _SECRETS[url] = hook
-    if len(path) > 1:
-        _SECRETS[path] = f"/<{hook}>"
+    # every log record and error text of this process shows the webhook by its id (urllib3 logs the
+    # request line, path included, at DEBUG; in a webhook URL the path is the secret)
+    register_secret(url, hook)
+    register_secret(path, f"/<{hook}>")
     body = json.dumps(payload).encode("utf-8")
     http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout))
     status: int | None = None

@@ -17,6 +17,7 @@ from hyperpod_debugger.agent.runbook import support_checklist
 from hyperpod_debugger.aws.store import HistoryRecord
 from hyperpod_debugger.domain.observations import Cluster, ClusterEvent, NodeDetail
 from hyperpod_debugger.domain.sections import pointer
+from hyperpod_debugger.domain.untrusted import markdown_code, markdown_text
 from hyperpod_debugger.lifecycle.findings import State, StoredFinding
 
 #: evidence lines of each open finding the draft quotes (the case links the rest)
@@ -220,24 +221,26 @@ def draft(facts: CaseFacts) -> SupportCase:
 
 
 def _fence(lines: list[str]) -> list[str]:
-    body = [line.replace("```", "`\u200b``") for line in lines]  # a quoted fence must not close ours
-    return ["```", *body, "```"]
+    """Outside lines as a code block no fence inside them can close."""
+    return markdown_code(lines).split("\n")
 
 
 def _cell(text: str | None) -> str:
-    return (text or "").replace("|", "\\|").replace("\n", " ")
+    """Outside text on one line of Markdown (a heading, a bullet, a table cell): nothing in it can become an
+    image, a link, HTML, emphasis or a table column."""
+    return markdown_text(" ".join((text or "").split()))
 
 
 def render_markdown(case: SupportCase) -> str:
     eks = f" (EKS cluster `{case.eks_cluster_arn}`)" if case.eks_cluster_arn else ""
     out = [
-        f"# Draft AWS Support case: {case.instance_id} in {case.cluster_name}",
+        f"# Draft AWS Support case: {_cell(case.instance_id)} in {_cell(case.cluster_name)}",
         "",
         "> Drafted by `hyperpod-debugger support-case` from the findings table and HyperPod's own events. "
         "It opens nothing: review it, add what the checklist marks missing, and submit it yourself in the "
         "AWS Support Center.",
         "",
-        f"**Subject:** {case.subject}",
+        f"**Subject:** {_cell(case.subject)}",
         "",
         "## Environment",
         "",
@@ -260,7 +263,7 @@ def render_markdown(case: SupportCase) -> str:
     for f in open_ones:
         section = f" → {pointer(f.section)}" if f.section else ""
         out += [
-            f"### {f.priority or '--'} {f.tag}: {f.message}",
+            f"### {f.priority or '--'} {f.tag}: {_cell(f.message)}",
             "",
             f"Check `{f.check}`{section}. First seen {f.first_seen}, last seen {f.last_seen}, seen {f.count}×; "
             f"state {f.state} (fingerprint `{f.fingerprint}`).",
@@ -271,7 +274,9 @@ def render_markdown(case: SupportCase) -> str:
     resolved = [f for f in case.findings if f.state == "RESOLVED"]
     if resolved:
         out += ["Resolved earlier (kept for the case's timeline):", ""]
-        out += [f"- {f.first_seen} … {f.last_seen}: {f.priority or '--'} {f.message} (`{f.check}`)" for f in resolved]
+        out += [
+            f"- {f.first_seen} … {f.last_seen}: {f.priority or '--'} {_cell(f.message)} (`{f.check}`)" for f in resolved
+        ]
         out += [""]
     out += ["## What was already tried", ""]
     if case.attempts:
@@ -296,7 +301,7 @@ def render_markdown(case: SupportCase) -> str:
     if case.history:
         out += ["## Finding history (newest first)", ""]
         out += [
-            f"- {h['at']}: {h['transition']} {h['priority'] or '--'} {h['message']} (`{h['check']}`)"
+            f"- {h['at']}: {h['transition']} {h['priority'] or '--'} {_cell(h['message'])} (`{h['check']}`)"
             for h in case.history
         ]
         out += [""]
@@ -316,6 +321,6 @@ def render_markdown(case: SupportCase) -> str:
     ]
     if case.gaps:
         out += ["## Not in this draft", ""]
-        out += [f"- {gap}" for gap in case.gaps]
+        out += [f"- {_cell(gap)}" for gap in case.gaps]
         out += [""]
     return "\n".join(out)

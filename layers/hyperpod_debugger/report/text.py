@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from hyperpod_debugger.domain.model import CheckStatus, Finding, Priority, SuggestedCommand, Tag, TriageReport
+from hyperpod_debugger.domain.untrusted import map_strings, visible
 from hyperpod_debugger.remediation.rootcause import reference
 
 _COLOURS = {
@@ -108,9 +109,19 @@ def render_text(report: TriageReport, colour: bool = False, verbose: bool = True
     """The report for people. ``verbose``: every finding with its evidence and commands, area by area;
     otherwise the short form: node verdicts, then the cluster-level problems (one line and one command
     each), then coverage in one line."""
+    report = readable(report)
     if not verbose and report.error is None:
         return _render_short(report, colour)
     return _render_full(report, colour)
+
+
+def readable(report: TriageReport) -> TriageReport:
+    """The report with every string a terminal could interpret (escape sequences, bidirectional and
+    zero-width characters) shown as escapes: text from the cluster is printed, never acted on. Findings
+    are already kept that way; this covers the rest (names, job names, error messages)."""
+    data = report.model_dump(mode="json")
+    safe = map_strings(data, lambda text: visible(text, newlines=True))
+    return report if safe == data else TriageReport.model_validate(safe)
 
 
 def _render_short(report: TriageReport, colour: bool) -> str:

@@ -196,6 +196,9 @@ def _table(d: Deployer, logical: str, p: dict[str, Any]) -> Created:
     sse = p.get("SSESpecification")
     if sse and sse.get("SSEEnabled"):
         args["SSESpecification"] = {"Enabled": True, "SSEType": sse.get("SSEType", "KMS")}
+    # a GlobalTable sets it per replica, a Table on the table; either way DeleteTable is then refused
+    if replica.get("DeletionProtectionEnabled") or p.get("DeletionProtectionEnabled"):
+        args["DeletionProtectionEnabled"] = True
     dynamodb = d.client("dynamodb")
     table = dynamodb.create_table(**args)["TableDescription"]
     ttl = p.get("TimeToLiveSpecification")

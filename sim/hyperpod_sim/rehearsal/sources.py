@@ -5,6 +5,7 @@
   Lambda deletes it), invoke synchronously, then delete what succeeded. A function error deletes nothing:
   the queue's visibility timeout and redrive policy take over. With ``ReportBatchItemFailures`` only the
   reported messages stay; a response naming a message that was not in the batch fails the whole batch.
+  ``ScalingConfig.MaximumConcurrency`` (2 at least) holds by construction: one batch is in flight at a time.
 * :class:`StreamMapping`: the DynamoDB stream event source (``BatchSize``, ``FilterCriteria``,
   ``BisectBatchOnFunctionError``, ``MaximumRetryAttempts``, ``DestinationConfig.OnFailure``,
   ``ReportBatchItemFailures``): records in order, a failed batch split in two and retried (a split does not

@@ -216,9 +216,14 @@ def parse_line(raw: str, *, boot_time: datetime | None = None, reference: dateti
     return KernelLine(raw.rstrip(), rest, time, uptime)
 
 
+_LINE_BREAK = re.compile(r"\r\n|\n|\r")
+
+
 def parse_log(text: str, *, boot_time: datetime | None = None, reference: datetime | None = None) -> KernelLog:
     """The message lines of a kernel-log output (parsed lazily, see :class:`KernelLog`)."""
-    raws = [raw for raw in text.splitlines() if raw and not raw.isspace()]
+    # Only a real line break ends a kernel line: a process name may hold U+2028, NEL or a form feed, and
+    # must not split its line into a second, forged one (str.splitlines would).
+    raws = [raw for raw in _LINE_BREAK.split(text) if raw and not raw.isspace()]
     truncated = TRUNCATION_MARKER in text
     if truncated:
         raws = [raw for raw in raws if raw.strip() != TRUNCATION_MARKER]
