@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from hyperpod_debugger import __version__
 from hyperpod_debugger.aws import sagemaker, sts
@@ -19,6 +21,7 @@ from hyperpod_debugger.checks.health_event import health_event_findings
 from hyperpod_debugger.checks.registry import ACTION_SECTIONS, ALL_CHECKS, run_checks
 from hyperpod_debugger.domain import occupancy
 from hyperpod_debugger.domain.model import (
+    EXIT_COULD_NOT_LOOK,
     CheckCoverage,
     CheckStatus,
     ClusterRef,
@@ -277,6 +280,16 @@ def _node_absent(clients: AwsClients, cluster: Cluster, node: str) -> str | None
     return None
 
 
+def did_you_mean(wanted: str, names: list[str]) -> str:
+    """``"; did you mean a or b?"`` for the names close to ``wanted`` (case aside), else ``""``. An ARN is
+    not compared (it names the cluster by id)."""
+    if wanted.startswith("arn:") or not names:
+        return ""
+    by_lower = {name.lower(): name for name in names}
+    close = difflib.get_close_matches(wanted.lower(), list(by_lower), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(by_lower[c] for c in close)}?" if close else ""
+
+
 def _start(
     req: TriageRequest, clients: AwsClients, now: datetime, coverage: Callable[..., Coverage]
 ) -> tuple[Cluster, str | None] | TriageReport:
@@ -295,14 +308,18 @@ def _start(
         error = RunError(kind="credentials", message=f"AWS credentials are missing, expired or rejected: {exc}")
         return build_report(req.node, now, ref, [], coverage(_all_unknown("no usable credentials")), error)
     except sagemaker.ClusterNotFound as exc:
-        names: list[str] = []
+        # ListClusters only now, when DescribeCluster said there is no such cluster: the Region's names, and
+        # the close ones as "did you mean" (a misspelt Region gets the same hint)
+        summaries: list[dict[str, Any]] = []
         try:
-            names = [f"{c.get('ClusterName')} ({c.get('ClusterStatus')})" for c in sagemaker.list_clusters(clients)]
+            summaries = sagemaker.list_clusters(clients)
         except (ApiCallError, CredentialsError):
-            names = []
+            summaries = []
+        names = [f"{c.get('ClusterName')} ({c.get('ClusterStatus')})" for c in summaries]
         error = RunError(
             kind="cluster_not_found",
-            message=f"No HyperPod cluster {req.cluster!r} in {req.region}: {exc}",
+            message=f"No HyperPod cluster {req.cluster!r} in {req.region}: {str(exc).rstrip('.')}"
+            + did_you_mean(req.cluster, [str(c.get("ClusterName")) for c in summaries if c.get("ClusterName")]),
             clusters_in_region=names,
         )
         return build_report(req.node, now, ref, [], coverage(_all_unknown("cluster not found")), error)
@@ -318,7 +335,9 @@ def _start(
                 evidence=[failure.message],
                 root_cause=f"The identity running the triage is not allowed to call {failure.action}.",
             )
-            return build_report(req.node, now, ref, [finding], coverage(_all_unknown(failure.describe())))
+            report = build_report(req.node, now, ref, [finding], coverage(_all_unknown(failure.describe())))
+            report.exit_code = EXIT_COULD_NOT_LOOK  # nothing could be looked at: not "problems found"
+            return report
         kind = "endpoint" if failure.kind in ("endpoint", "timeout") else "internal"
         error = RunError(kind=kind, message=f"Cannot start the triage: {failure.describe()}")
         return build_report(req.node, now, ref, [], coverage(_all_unknown(failure.describe())), error)

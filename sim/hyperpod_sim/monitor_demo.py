@@ -27,7 +27,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
@@ -150,16 +150,16 @@ def _show_email(out: list[str], email: Email) -> None:
 
 @dataclass
 class DemoClock:
-    """The handlers' clock and moto's SQS clock moved forward together (the demo never sleeps)."""
+    """The handlers' clock and moto's SQS clock: one simulated time (SQS's, frozen), moved forward only by
+    :meth:`advance`, so what the demo prints does not depend on how fast the machine runs it (the demo never
+    sleeps)."""
 
     sqs: SqsClock
-    offset: float = 0.0
 
     def now(self) -> datetime:
-        return datetime.now(UTC) + timedelta(seconds=self.offset)
+        return datetime.fromtimestamp(self.sqs.now(), UTC)
 
     def advance(self, seconds: float) -> None:
-        self.offset += seconds
         self.sqs.advance(seconds)
 
 
@@ -447,7 +447,7 @@ def monitor_walkthrough(
         return SKIPPED
     from functions.monitor import runtime
 
-    with monitor_harness(clients, env=DEMO_ENV) as monitor, SqsClock() as sqs:
+    with monitor_harness(clients, env=DEMO_ENV) as monitor, SqsClock(frozen=True) as sqs:
         clock = DemoClock(sqs)
         with runtime.use_clock(clock.now):
             return _walkthrough(monitor, handlers, demo, now, clock, _Lines(write))

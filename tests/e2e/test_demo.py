@@ -270,3 +270,74 @@ def test_the_default_report_is_read_in_a_minute(demo_short):
         if line.startswith("["):
             assert " → references/node-diagnostics-detail.md § " in line, line
     assert "--verbose" in eks
+
+
+def test_the_default_slurm_report_shows_every_problem_its_summary_counts(demo_short):
+    # the Slurm node's verdict is a reboot for the Xid the health agent saw; its full root volume and stopped
+    # slurmd (the P0s, which a reboot does not fix) are named under it, not left to --verbose
+    slurm = demo_short.split("HyperPod triage: ml-slurm-train", 1)[1].split("=" * 100, 1)[0]
+    verdicts = slurm.split("== Cluster-level problems ==", 1)[0]
+    rebooted = verdicts.split("REBOOT", 2)[1]
+    assert re.search(
+        r"^    worst: \[FAIL\] P0 Root volume / is 9\d% full .*; a reboot does not fix it$", rebooted, re.M
+    )
+    assert re.search(
+        r"^    a reboot does not fix these either:\n      \[FAIL\] P0 slurmd is not running", rebooted, re.M
+    )
+    assert re.search(r"^    a reboot clears too:\n      \[WARN\] P1 row remapping pending", rebooted, re.M)
+    assert "scontrol update nodename=ip-" in rebooted and "batch-reboot-cluster-nodes" in rebooted  # the rung stays
+    # the summary counts what is on screen: as many P0 and P1 lines as it says
+    counted = re.search(r"^P0 (\d+) · P1 (\d+) · P2 (\d+) · passed", slurm, re.M)
+    assert counted and "more problem(s) with --verbose" not in slurm
+    for priority, n in zip(("P0", "P1", "P2"), counted.groups(), strict=True):
+        on_screen = len(
+            re.findall(rf"(?:^|\s)(?:\[(?:FAIL|WARN|UNKNOWN)\] )?{priority} ", slurm.split("== Summary ==")[0])
+        )
+        assert on_screen >= int(n), (priority, on_screen, n)
+    assert int(counted.group(1)) == 2
+
+
+def test_the_demo_account_can_be_kept_and_used_from_another_shell():
+    """`hyperpod-debugger demo --serve` (README): the simulated account stays up; the exported lines it prints
+    point a CLI in another process at it, as a user pastes them into another shell."""
+    import os
+    import signal
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "hyperpod_debugger.cli", "demo", "--serve"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        assert server.stdout is not None
+        exported: dict[str, str] = {}
+        for line in server.stdout:
+            if line.startswith("export "):
+                name, _, value = line.removeprefix("export ").strip().partition("=")
+                exported[name] = value
+            if line.startswith("Ctrl-C stops it."):
+                break
+        assert {"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SSM", "AWS_DEFAULT_REGION"} <= set(exported)
+        triage = subprocess.run(
+            [sys.executable, "-m", "hyperpod_debugger.cli", "triage", "--cluster", "ml-slurm-train", "--json"],
+            capture_output=True,
+            text=True,
+            env={**env, **exported},
+            cwd=ROOT,
+            timeout=300,
+            check=False,
+        )
+        import json
+
+        report = json.loads(triage.stdout)
+        assert triage.returncode == 1 == report["exit_code"] and report["error"] is None
+        assert report["cluster"]["orchestrator"] == "Slurm" and report["coverage"]["probed_nodes"]  # SSM too
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+    assert server.returncode == 0 and "stopped" in (server.stderr.read() if server.stderr else "")

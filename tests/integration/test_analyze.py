@@ -245,3 +245,77 @@ def test_a_pasted_dmesg_without_uptime_is_judged_as_of_its_newest_line(tmp_path,
     [xid] = [f for f in report["findings"] if f["check"] == "probe.xid" and f["tag"] != "INFO"]
     assert (xid["tag"], xid["node_action"]) == ("FAIL", "reboot") and code == 1
     assert any("Judged as of 2024-03-05T10:11:13Z" in f["message"] for f in report["findings"])
+
+
+# --------------------------------------------------------------------------- inputs that are not text
+
+_GZIP = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\x1b[2J\x1b]0;owned\x07" + bytes(range(256))
+_ELF = b"\x7fELF\x02\x01\x01\x00" + b"\x00" * 8 + b"\x1b[31mred\x1b[0m\x07" + bytes(range(256))
+
+
+def _no_control_bytes(text: str) -> None:
+    assert not any(ord(ch) < 32 and ch not in "\n" for ch in text), repr(text)
+
+
+@pytest.mark.parametrize(("data", "said"), [(_GZIP, "gzip"), (_ELF, "ELF")], ids=["gzip", "elf"])
+def test_a_binary_probe_output_is_refused_without_echoing_it(data, said, tmp_path, capsys):
+    path = tmp_path / "probe.json"
+    path.write_bytes(data)
+    code = main(["analyze", "--probe-output", str(path), "--instance-type", "ml.p5.48xlarge"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert "is not a text file" in captured.err and said in captured.err
+    _no_control_bytes(captured.err)
+
+
+def test_a_binary_file_in_a_raw_dir_is_refused_by_name_and_never_judged(tmp_path, capsys):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "df.txt").write_text("Filesystem 1024-blocks Used Available Capacity Mounted on\n")
+    (raw / "kernel_log.txt").write_bytes(_ELF)
+    code = main(["analyze", "--raw-dir", str(raw), "--instance-type", "ml.p5.48xlarge", "--json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert code == 2 == report["exit_code"] and report["error"]["kind"] == "invalid_argument"
+    assert "kernel_log.txt is not a text file (an ELF executable)" in captured.err and report["findings"] == []
+    _no_control_bytes(captured.err)
+
+
+def test_a_file_name_with_escape_sequences_is_shown_escaped(tmp_path, capsys):
+    path = tmp_path / "evil\x1b[2J\x07.json"
+    path.write_bytes(_GZIP)
+    assert main(["analyze", "--probe-output", str(path), "--instance-type", "ml.p5.48xlarge"]) == 2
+    err = capsys.readouterr().err
+    assert "evil\\x1b[2J\\x07.json" in err
+    _no_control_bytes(err)
+
+
+def test_a_folder_that_cannot_be_read_is_could_not_look(tmp_path, monkeypatch, capsys):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+
+    def denied(self):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(pathlib.Path, "iterdir", denied)  # what a folder without read permission gives
+    code = main(["analyze", "--raw-dir", str(raw), "--instance-type", "ml.p5.48xlarge"])
+    err = capsys.readouterr().err
+    assert code == 3 and f"cannot read {raw}: Permission denied" in err
+
+
+def test_a_folder_given_as_probe_output_says_to_use_raw_dir(tmp_path, capsys):
+    assert main(["analyze", "--probe-output", str(tmp_path), "--instance-type", "ml.p5.48xlarge"]) == 2
+    assert "--raw-dir" in capsys.readouterr().err
+
+
+def test_a_kernel_log_with_a_stray_escape_and_latin1_bytes_is_still_text(tmp_path, capsys):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "kernel_log.txt").write_bytes(
+        b"[  416.096724] NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus.\n"
+        b"[  417.000000] usb 1-1: Manufacturer: Caf\xe9 \x1b[0m\n"
+    )
+    code = main(["analyze", "--raw-dir", str(raw), "--instance-type", "ml.p5.48xlarge", "--json", "--now", NOW])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["error"] is None
+    assert any(f["check"] == "probe.xid" and f["tag"] == "FAIL" for f in report["findings"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -75,11 +76,57 @@ def test_triage_text_is_plain_when_not_a_tty(endpoint_env, capsys):
     assert "\033[" not in full and "[PASS]" in full and "== Summary ==" in full
 
 
-def test_unknown_cluster_exits_1_and_lists_clusters(endpoint_env, capsys):
+def test_unknown_cluster_is_could_not_look_and_lists_clusters(endpoint_env, capsys):
     code = main(["triage", "--cluster", "nope", "--region", scenarios.REGION, "--no-probe"])
     captured = capsys.readouterr()
-    assert code == 1
+    assert code == 3  # could not look: not "problems found"
     assert endpoint_env.eks.name in captured.out and "nope" in captured.err
+    assert "did you mean" not in captured.err  # nothing is close to "nope"
+
+
+def test_a_misspelt_cluster_name_gets_did_you_mean(endpoint_env, capsys):
+    code = main(["triage", "--cluster", "ml-eks-prd", "--region", scenarios.REGION, "--no-probe", "--json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert code == 3 == report["exit_code"] and report["error"]["kind"] == "cluster_not_found"
+    assert f"did you mean {endpoint_env.eks.name}?" in report["error"]["message"]
+    # ListClusters came only after DescribeCluster said there is no such cluster
+    assert report["coverage"]["api_calls"].get("sagemaker:ListClusters") == 1
+
+
+def test_list_clusters_is_not_called_for_a_cluster_that_exists_and_is_in_the_policy(endpoint_env, capsys):
+    main(["triage", "--cluster", endpoint_env.slurm.name, "--region", scenarios.REGION, "--no-probe", "--json"])
+    assert "sagemaker:ListClusters" not in json.loads(capsys.readouterr().out)["coverage"]["api_calls"]
+    assert main(["iam-policy"]) == 0
+    assert "sagemaker:ListClusters" in json.loads(capsys.readouterr().out)["Statement"][0]["Action"]
+
+
+def test_no_credentials_is_could_not_look(endpoint_env, aws_config, monkeypatch, capsys):
+    # GIVEN the default profile, which has no credentials, and no other source of them
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.delenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", raising=False)
+    monkeypatch.delenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", raising=False)
+    code = main(["triage", "--cluster", endpoint_env.eks.name, "--region", scenarios.REGION, "--no-probe", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 3 == report["exit_code"] and report["error"]["kind"] == "credentials"
+
+
+def test_access_denied_to_the_first_calls_is_could_not_look(endpoint_env, monkeypatch, capsys):
+    from tests.fakes import inject_error
+
+    clients = AwsClients(scenarios.REGION, max_attempts=1)
+    inject_error(clients, "sagemaker", "DescribeCluster", "AccessDeniedException", message="not authorized")
+    monkeypatch.setattr(AwsClients, "for_profile", lambda *_a, **_k: clients)
+    for fail_on in ("P0", "P1"):
+        code = main(
+            ["triage", "--cluster", endpoint_env.eks.name, "--region", scenarios.REGION, "--json"]
+            + ["--fail-on", fail_on]
+        )
+        report = json.loads(capsys.readouterr().out)
+        # THEN nothing was looked at: exit 3 whatever --fail-on says, the missing permission named
+        assert code == 3 == report["exit_code"]
+        assert [f["check"] for f in report["findings"]] == ["iam.permission"]
+        assert "sagemaker:DescribeCluster" in report["findings"][0]["message"]
 
 
 def test_cluster_by_arn(endpoint_env, capsys):
@@ -103,7 +150,7 @@ def test_an_unexpected_error_is_a_message_not_a_traceback(monkeypatch, capsys):
 
     monkeypatch.setattr(triage, "run_triage", broken)
     monkeypatch.delenv("HYPERPOD_DEBUGGER_DEBUG", raising=False)
-    assert main(["triage", "--cluster", "ok", "--region", "us-west-2"]) == 1
+    assert main(["triage", "--cluster", "ok", "--region", "us-west-2"]) == 4  # the tool failed: its own code
     err = capsys.readouterr().err
     assert "unexpected error: RuntimeError: boom" in err and "Traceback" not in err
 
@@ -190,6 +237,9 @@ def test_subcommand_help_gives_an_example_and_the_exit_codes(capsys):
         main(["triage", "--help"])
     out = capsys.readouterr().out
     assert "example:" in out and "exit codes:" in out and "--profile" in out and "--fail-on" in out
+    codes = out.split("exit codes:", 1)[1]
+    for code, meaning in (("0", "no problem"), ("1", "a problem"), ("2", "invalid"), ("3", "could not look")):
+        assert re.search(rf"^  {code} +{meaning}", codes, re.M), codes
 
 
 def test_a_node_outside_the_cluster_is_refused_before_the_triage(endpoint_env, monkeypatch, capsys):

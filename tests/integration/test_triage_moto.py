@@ -90,7 +90,7 @@ def test_unknown_cluster_lists_the_regions_clusters(demo, clients, now):
     report = _triage(clients, "no-such-cluster", now)
     assert report.error is not None and report.error.kind == "cluster_not_found"
     assert any(demo.eks.name in c for c in report.error.clusters_in_region)
-    assert report.exit_code == 1
+    assert report.exit_code == 3
 
 
 def test_expired_credentials_stop_the_run_with_a_clear_error(demo, clients, now):
@@ -104,7 +104,7 @@ def test_expired_credentials_stop_the_run_with_a_clear_error(demo, clients, now)
     )
     report = _triage(clients, demo.eks.name, now)
     assert report.error.kind == "credentials" and "expired" in report.error.message
-    assert report.exit_code == 1 and not report.findings
+    assert report.exit_code == 3 and not report.findings
 
 
 @pytest.mark.parametrize(
@@ -224,7 +224,7 @@ def test_unreachable_endpoint_is_a_clear_error_not_a_traceback(monkeypatch, now)
         AwsClients(scenarios.REGION, max_attempts=1, connect_timeout=1),
     )
     assert report.error is not None and report.error.kind == "endpoint"
-    assert report.exit_code == 1
+    assert report.exit_code == 3
 
 
 def test_missing_credentials_are_a_clear_error(monkeypatch, now):
@@ -237,7 +237,7 @@ def test_missing_credentials_are_a_clear_error(monkeypatch, now):
 
     report = run_triage(TriageRequest(cluster="c1", region=scenarios.REGION, now=now), AwsClients(scenarios.REGION))
     assert report.error is not None and report.error.kind == "credentials"
-    assert report.exit_code == 1
+    assert report.exit_code == 3
 
 
 def test_json_carries_the_runbook_link_ladder_and_filled_in_commands(demo, clients, now):

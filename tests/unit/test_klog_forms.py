@@ -39,6 +39,24 @@ EVENTS = {
         "watchdog: BUG: soft lockup - CPU#3 stuck for 22s! [python:1234]",
         (Tag.WARN, "N"),
     ),
+    # a GPU the driver could not bring up, no Xid line (NVIDIA catalogue: GPU_INIT_ERROR → RESET_GPU)
+    "gpu_init_failure": (
+        check_xid,
+        "NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)",
+        (Tag.FAIL, "G.1"),
+    ),
+    # an older kernel's memory-cgroup OOM: the container's limit (runbook § I.3: the workload's)
+    "memcg_oom_old_wording": (
+        check_oom,
+        "Memory cgroup out of memory: Kill process 62685 (bash) score 0 or sacrifice child",
+        (Tag.WARN, "I.3"),
+    ),
+    # an uncorrected machine check (runbook § N: CPU or memory hardware, drain and replace)
+    "mce_uncorrected": (
+        check_kernel_faults,
+        "mce: [Hardware Error]: CPU 12: Machine Check Exception: 5 Bank 16: bea0000000000108",
+        (Tag.FAIL, "N"),
+    ),
     "oom": (
         check_oom,
         "Out of memory: Killed process 4321 (python3) total-vm:98765432kB, anon-rss:87654321kB, file-rss:0kB",

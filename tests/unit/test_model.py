@@ -84,7 +84,8 @@ def test_exit_code_is_one_for_p0_or_p1_problems_only():
     info = Finding(tag=Tag.INFO, check="cluster.identity", message="hello")
     assert TriageReport.exit_code_for([p2, info]) == 0
     assert TriageReport.exit_code_for([p2, p1]) == 1
-    assert TriageReport.exit_code_for([], RunError(kind="cluster_not_found", message="x")) == 1
+    assert TriageReport.exit_code_for([], RunError(kind="cluster_not_found", message="x")) == 3  # could not look
+    assert TriageReport.exit_code_for([], RunError(kind="invalid_argument", message="x")) == 2
 
 
 def _report(findings):

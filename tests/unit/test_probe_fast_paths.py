@@ -43,9 +43,10 @@ REMAP_HEADER = (
 )
 
 # values as nvidia-smi prints them, the clear ones most often (the shortcut's case) but every other kind too
-counts = st.sampled_from(["0", "0", "0", "1", "2", "37", "64", "[N/A]", "N/A", "0.5"])
-reasons = st.sampled_from(["Not Active", "Not Active", "Not Active", "Active", "[N/A]", "1"])
-pending = st.sampled_from(["No", "No", "Yes", "[N/A]", "0", "3"])
+# and as a person may paste them: a note after a readable value, or a value that cannot be read for sure
+counts = st.sampled_from(["0", "0", "0", "1", "2", "37", "64", "[N/A]", "N/A", "0.5", "2   <-- here", "zero?"])
+reasons = st.sampled_from(["Not Active", "Not Active", "Not Active", "Active", "[N/A]", "1", "Active <=="])
+pending = st.sampled_from(["No", "No", "Yes", "[N/A]", "0", "3", "Yes <===", "No # note", "Yes this one"])
 temps = st.sampled_from(["31", "35", "40", "44", "52", "60", "84", "85", "91", "[N/A]"])
 
 

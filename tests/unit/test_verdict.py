@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from hyperpod_debugger.checks.base import finding
@@ -107,3 +109,107 @@ def test_a_slurm_node_about_to_be_drained_is_not_also_offered_a_resume():
     refined = refine([drained, _node_finding(obs, "reboot")], obs, b.context())
     commands = " ".join(c.command for f in refined if f.instance_id == IID for c in f.suggested_commands)
     assert "state=drain" in commands and "state=resume" not in commands
+
+
+# --------------------------------------------------------------------------- a verdict hides no problem
+
+
+def _on_node(obs, check, tag, message, priority, section, action=None, caused_by=None):
+    return finding(
+        obs,
+        check,
+        tag,
+        message,
+        priority=priority,
+        section=section,
+        instance_id=IID,
+        node_action=action,
+        caused_by=caused_by,
+    )
+
+
+def _slurm_node_like_the_demo(obs):
+    """The simulated Slurm cluster's node: a reboot for the Xid the health agent saw, and two P0s a reboot
+    does not fix (a full root volume, a failed slurmd) with the node-down finding slurmd explains."""
+    slurmd = _on_node(obs, "probe.services", Tag.FAIL, "slurmd is not running (failed)", Priority.P0, "H")
+    return [
+        _on_node(obs, "logs.hma", Tag.WARN, "HMA detected Xid 79", Priority.P1, "G", "reboot"),
+        _on_node(
+            obs,
+            "slurm.nodes",
+            Tag.FAIL,
+            "Slurm node is down",
+            Priority.P1,
+            "H",
+            "investigate",
+            caused_by="slurmd is not running (failed) (§ H)",
+        ),
+        _on_node(obs, "probe.gpu_row_remap", Tag.WARN, "row remapping pending", Priority.P1, "G.1.a", "reboot"),
+        _on_node(obs, "probe.root_volume", Tag.FAIL, "Root volume / is 93% full", Priority.P0, "I.2", "investigate"),
+        slurmd,
+    ]
+
+
+def test_a_reboot_verdict_names_the_worst_finding_and_what_a_reboot_does_not_fix():
+    obs = b.observation()
+    (verdict,) = node_verdicts(_slurm_node_like_the_demo(obs))
+    # the rung is unchanged: a reboot for the Xid
+    assert verdict.verdict == "reboot" and verdict.why == "HMA detected Xid 79" and verdict.priority == Priority.P1
+    # the worst finding is named: a P0, FAIL before WARN
+    assert verdict.worst is not None and verdict.worst.priority == Priority.P0
+    assert verdict.worst.message == "Root volume / is 93% full" and not verdict.worst.fixed_by_rung
+    # every other problem is listed, most urgent first, and whether the reboot clears it
+    assert [(p.message, p.fixed_by_rung) for p in verdict.other_problems] == [
+        ("Root volume / is 93% full", False),  # a reboot frees no disk
+        ("slurmd is not running (failed)", False),  # nor fixes a service that failed to start
+        ("Slurm node is down", False),  # explained by slurmd: it stays down with it
+        ("row remapping pending", True),  # the reset a reboot brings applies the remap (§ G.1.a)
+    ]
+
+
+def test_a_replacement_clears_every_node_fault_but_the_workloads():
+    obs = b.observation()
+    findings = [
+        _on_node(obs, "logs.hma", Tag.FAIL, "Xid 79 recurred", Priority.P0, "F", "replace"),
+        _on_node(obs, "probe.root_volume", Tag.FAIL, "Root volume / is 93% full", Priority.P0, "I.2", "investigate"),
+        _on_node(obs, "probe.oom", Tag.WARN, "OOM kill in the job", Priority.P2, "I.3", "fix-workload"),
+    ]
+    (verdict,) = node_verdicts(findings)
+    assert verdict.verdict == "replace" and verdict.worst is None  # the deciding finding is as urgent as any
+    assert {p.message: p.fixed_by_rung for p in verdict.other_problems} == {
+        "Root volume / is 93% full": True,
+        "OOM kill in the job": False,
+    }
+
+
+def test_a_node_with_one_problem_lists_nothing_else():
+    obs = b.observation()
+    (verdict,) = node_verdicts([_node_finding(obs, "reboot")])
+    assert verdict.worst is None and verdict.other_problems == []
+
+
+def test_hyperpod_acting_lists_the_nodes_findings_as_open():
+    obs = b.observation()
+    (verdict,) = node_verdicts([_node_finding(obs, "reboot")], recovering={IID: "Node Health Event: Reboot"})
+    assert verdict.verdict == "hyperpod-acting" and verdict.worst is None
+    assert [(p.check, p.fixed_by_rung) for p in verdict.other_problems] == [("nodes.status", False)]
+
+
+def test_the_short_report_shows_every_problem_it_counts():
+    from hyperpod_debugger.domain.model import ClusterRef, Coverage
+    from hyperpod_debugger.report.text import render_text
+    from hyperpod_debugger.triage import build_report
+
+    obs = b.observation()
+    findings = _slurm_node_like_the_demo(obs)
+    report = build_report(None, datetime.now(UTC), ClusterRef(name="c", region="us-west-2"), findings, Coverage())
+    short = render_text(report, verbose=False)
+    table = short.split("== Cluster-level problems ==", 1)[0]
+    # the two P0s the reboot does not fix are on screen, under the verdict, said to need their own step
+    assert "    worst: [FAIL] P0 Root volume / is 93% full (§ I.2); a reboot does not fix it" in table
+    assert "    a reboot does not fix these either:\n      [FAIL] P0 slurmd is not running (failed) (§ H)" in table
+    assert "    a reboot clears too:\n      [WARN] P1 row remapping pending (§ G.1.a)" in table
+    # the summary counts what is shown: 2 P0 and 3 P1, each on screen
+    assert "\nP0 2 · P1 3 · P2 0 · passed 0;" in short
+    for f in findings:
+        assert f.message in table

@@ -686,6 +686,23 @@ def _xid_finding(obs: ClusterObservation, ctx: CheckContext, info: XidInfo, dete
             node_action="fix-workload",
             **common,
         )
+    if info.action == "warn":
+        # NVIDIA's Xid catalogue lists IGNORE (or no action) as the immediate action for these codes (63: a row
+        # marked for remapping; 94: a contained error; 137: NVLink privilege error; ...): no node action alone
+        return finding(
+            obs,
+            CHECK_HMA,
+            Tag.WARN,
+            f"HMA detected {info.label()} on {stream.node} ({seen}); NVIDIA lists no node action for it on its "
+            "own: act on the hardware Xids beside it (if any), not on this one",
+            priority=Priority.P2,
+            section="G",
+            root_cause="An Xid the driver handled by itself (NVIDIA's catalogue: no immediate action); it matters "
+            "only when it repeats or comes with an uncorrectable or failed-remap Xid.",
+            suggested_commands=reads,
+            node_action="investigate",
+            **common,
+        )
     return finding(
         obs,
         CHECK_HMA,

@@ -1,8 +1,9 @@
 """``hyperpod-debugger``: triage | probe | analyze | findings | support-case | mcp | probe-script | runbook | demo |
 schema | iam-policy.
 
-Exit codes of ``triage``: 0 no P0/P1 problem; 1 a P0/P1 problem, missing credentials or
-cluster not found; 2 invalid arguments.
+Exit codes (:data:`EXIT_CODES`): 0 no problem at or above --fail-on; 1 such a problem; 2 invalid arguments
+or input; 3 could not look (no usable credentials, no such cluster, access denied to the first calls, an
+endpoint that does not answer, an input that cannot be read); 4 the tool itself failed (a bug); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from hyperpod_debugger.cli.common import PROFILE_HELP, REGION_HELP, region_for
 from hyperpod_debugger.domain import validate
 
 EXIT_INVALID = 2
+EXIT_COULD_NOT_LOOK = 3
+EXIT_INTERNAL = 4
 #: --orchestrator as the evaluators name it
 _ORCHESTRATORS: dict[str, Literal["EKS", "Slurm"]] = {"eks": "EKS", "slurm": "Slurm"}
 
@@ -102,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true")
     demo.add_argument("--no-color", action="store_true")
     demo.add_argument("--verbose", action="store_true", help="the full reports, every finding with its evidence")
+    demo.add_argument(
+        "--serve",
+        action="store_true",
+        help="start the demo's simulated account and keep it running (until Ctrl-C) instead of the demo: it prints "
+        "the environment variables that point the CLI, in another shell, at it",
+    )
 
     analyze = sub.add_parser(
         "analyze",
@@ -200,9 +209,13 @@ def _parser() -> argparse.ArgumentParser:
 
 EXIT_CODES = (
     "exit codes:\n"
-    "  0  no problem at or above --fail-on (default P1)\n"
-    "  1  a problem at or above --fail-on, or the run could not reach the cluster (credentials, not found)\n"
-    "  2  invalid arguments (nothing was called)"
+    "  0    no problem at or above --fail-on (default P1) in what could be read\n"
+    "  1    a problem at or above --fail-on was found\n"
+    "  2    invalid arguments or input (nothing was called or judged)\n"
+    "  3    could not look: no usable credentials, no such cluster, access denied to the first calls,\n"
+    "       an endpoint that does not answer, an input file or folder that cannot be read\n"
+    "  4    the tool itself failed (HYPERPOD_DEBUGGER_DEBUG=1 shows the traceback)\n"
+    "  130  interrupted (Ctrl-C)"
 )
 _RANK = {"P0": 0, "P1": 1, "P2": 2}
 
@@ -230,8 +243,9 @@ def _wants_json(args: argparse.Namespace) -> bool:
 
 
 def _exit_code(report: Any, fail_on: str) -> int:
-    """The report's exit code, with --fail-on deciding which problems count (an error keeps its code)."""
-    if report.error is not None:
+    """The report's exit code, with --fail-on deciding which problems count (an error, or a run that could not
+    look at all, keeps its code)."""
+    if report.error is not None or report.exit_code == EXIT_COULD_NOT_LOOK:
         return int(report.exit_code)
     limit = _RANK[fail_on]
     return int(
@@ -239,8 +253,13 @@ def _exit_code(report: Any, fail_on: str) -> int:
     )
 
 
-def _refuse(args: argparse.Namespace, message: str) -> int:
-    """Invalid arguments: a clear message on stderr, and under --json the JSON report with the error too."""
+def _refuse(args: argparse.Namespace, message: str, code: int = EXIT_INVALID) -> int:
+    """Invalid arguments (or, with ``code`` 3, an input that cannot be read): a clear message on stderr, and under
+    --json the JSON report with the error too. The message is shown safely: a file name or a byte read from
+    the input never reaches the terminal as a control character."""
+    from hyperpod_debugger.domain.untrusted import visible
+
+    message = visible(message)
     if _wants_json(args):
         from hyperpod_debugger.domain.model import ClusterRef, Coverage, RunError
         from hyperpod_debugger.report.text import render_json
@@ -254,11 +273,11 @@ def _refuse(args: argparse.Namespace, message: str) -> int:
             ),
             [],
             Coverage(),
-            error=RunError(kind="invalid_argument", message=message),
+            error=RunError(kind="invalid_argument" if code == EXIT_INVALID else "internal", message=message),
         )
         sys.stdout.write(render_json(report))
     print(f"hyperpod-debugger {args.command}: error: {message}", file=sys.stderr)
-    return EXIT_INVALID
+    return code
 
 
 def _positive_int(value: str) -> int:
@@ -390,11 +409,56 @@ def cmd_demo(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    if args.serve:
+        return _serve_demo(found[0].module)
     return int(run_demo(json_output=args.json, colour=_use_colour(args), verbose=args.verbose))
 
 
+#: the variables of the simulated account a CLI in another shell needs (moto's endpoint, the fake Session
+#: Manager's, the credentials and Region moto accepts, no profile or instance metadata)
+_SIM_VARIABLES = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_SSM",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_EC2_METADATA_DISABLED",
+)
+
+
+def _serve_demo(module_name: str) -> int:
+    """``demo --serve``: the demo's simulated account (moto, the fake Session Manager agents, the fake Kubernetes
+    API, both clusters seeded), kept until Ctrl-C; the lines to paste into another shell are printed first."""
+    import importlib
+    import shlex
+    import signal
+    import threading
+
+    simulator = importlib.import_module(module_name)
+    with simulator.simulated_world(datetime.now(UTC)) as world:
+        names = ", ".join(c.name for c in (world.demo.eks, world.demo.slurm))
+        print(f"The demo's simulated account is running (clusters {names}). In another shell:\n")
+        for name in _SIM_VARIABLES:
+            if name in os.environ:
+                print(f"export {name}={shlex.quote(os.environ[name])}")
+        print(f"hyperpod-debugger triage --cluster {world.demo.slurm.name}\n\nCtrl-C stops it.", flush=True)
+        signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops it as Ctrl-C does, the account torn down
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            print("the simulated account is stopped", file=sys.stderr)
+    return 0
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from hyperpod_debugger.cli.analyze import analyze
+    from hyperpod_debugger.cli.analyze import NotText, analyze, check_raw_dir, read_text_input
     from hyperpod_debugger.probe import catalog, document
     from hyperpod_debugger.probe.parse import klog
     from hyperpod_debugger.report.text import render_json, render_text
@@ -404,11 +468,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         cluster = validate.cluster(args.cluster) if args.cluster else None
         region = validate.region(args.region) if args.region else None
         if args.probe_output is not None:
-            doc = document.loads(args.probe_output.read_text(errors="replace"))
+            doc = document.loads(read_text_input(args.probe_output))
         else:
+            check_raw_dir(args.raw_dir)
             doc = document.from_raw_dir(args.raw_dir, collected_at=args.now)
-    except (validate.InvalidArgument, document.ProbeDocumentError, OSError) as exc:
+    except (validate.InvalidArgument, document.ProbeDocumentError, NotText) as exc:
         return _refuse(args, str(exc))
+    except OSError as exc:
+        return _refuse(args, f"cannot read {exc.filename or 'the input'}: {exc.strerror or exc}", EXIT_COULD_NOT_LOOK)
     if catalog.spec_for(args.instance_type) is None:
         return _refuse(
             args,
@@ -586,12 +653,14 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the outermost boundary: a message, not a traceback
         if os.environ.get("HYPERPOD_DEBUGGER_DEBUG"):
             raise
+        from hyperpod_debugger.domain.untrusted import visible
+
         print(
-            f"hyperpod-debugger: unexpected error: {type(exc).__name__}: {exc} "
+            f"hyperpod-debugger: unexpected error: {type(exc).__name__}: {visible(str(exc))} "
             "(set HYPERPOD_DEBUGGER_DEBUG=1 to see the traceback)",
             file=sys.stderr,
         )
-        return 1
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -16,6 +16,12 @@ from hyperpod_debugger.domain import untrusted
 from hyperpod_debugger.domain.sections import is_section, link, pointer
 
 SCHEMA_VERSION: Literal[1] = 1
+#: exit codes of the triage and the CLI (README.md § CLI): 0 healthy, 1 problems found, 2 invalid arguments,
+#: 3 could not look (the AWS CLI too keeps "could not run" apart from its own error codes)
+EXIT_HEALTHY: Literal[0] = 0
+EXIT_PROBLEMS: Literal[1] = 1
+EXIT_INVALID: Literal[2] = 2
+EXIT_COULD_NOT_LOOK: Literal[3] = 3
 
 
 class Tag(StrEnum):
@@ -259,6 +265,23 @@ VerdictState = Literal[
 ]
 
 
+class NodeProblem(BaseModel):
+    """One problem finding of a node, as its verdict names it (the finding itself is in ``findings``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    check: str
+    tag: Tag
+    priority: Priority | None = None
+    message: str
+    section: str | None = None
+    fixed_by_rung: bool = Field(
+        default=False,
+        description="Whether the verdict's rung clears it too (a reboot clears a transient accelerator fault, "
+        "never a full disk or a service's configuration); false: it needs its own step.",
+    )
+
+
 class NodeVerdict(BaseModel):
     """One node's state, from all its findings: the single rung of the ladder it is on, and why."""
 
@@ -286,6 +309,17 @@ class NodeVerdict(BaseModel):
     likely_cause: str | None = Field(
         default=None, description="The root cause of the deciding finding, when another finding explains it."
     )
+    priority: Priority | None = Field(default=None, description="The deciding finding's priority.")
+    worst: NodeProblem | None = Field(
+        default=None,
+        description="The node's most urgent problem (priority first, then FAIL before WARN) when it is not the "
+        "deciding finding: the rung is chosen by what fixes the node, so the worst problem may be another.",
+    )
+    other_problems: list[NodeProblem] = Field(
+        default_factory=list,
+        description="Every other problem finding on this node, most urgent first, with whether the rung clears "
+        "it: the verdict hides none of them.",
+    )
 
 
 class TriageReport(BaseModel):
@@ -303,7 +337,10 @@ class TriageReport(BaseModel):
         default_factory=list, description="One verdict per node with findings, most urgent first."
     )
     error: RunError | None = None
-    exit_code: Literal[0, 1, 2]
+    exit_code: Literal[0, 1, 2, 3] = Field(
+        description="0 no problem at P1 or above; 1 a P0/P1 problem; 2 invalid arguments; 3 could not look "
+        "(no usable credentials, no such cluster, access denied to the first calls, endpoint unreachable)."
+    )
 
     @staticmethod
     def summarise(findings: list[Finding]) -> Summary:
@@ -320,7 +357,7 @@ class TriageReport(BaseModel):
     @staticmethod
     def exit_code_for(findings: list[Finding], error: RunError | None = None) -> int:
         if error is not None:
-            return 2 if error.kind == "invalid_argument" else 1
+            return EXIT_INVALID if error.kind == "invalid_argument" else EXIT_COULD_NOT_LOOK
         return 1 if any(f.blocks_or_degrades for f in findings) else 0
 
 

@@ -66,36 +66,133 @@ def _entries(*rows: tuple[int, str, XidClass, XidAction]) -> dict[int, XidInfo]:
     return {code: XidInfo(code, name, xid_class, action) for code, name, xid_class, action in rows}
 
 
+#: Where the table rests (read 2026-12-04): NVIDIA, "Analyzing Xid Errors with the Xid Catalog",
+#: https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (Ampere and newer), each code's
+#: "Resolution Bucket (Immediate Action)" and "(Investigatory Action)" columns; the spreadsheet rows as
+#: mirrored in leptonai/gpud components/accelerator/nvidia/xid/catalog_generated.go (generated from that
+#: page on 2025-10-29). The comment after each row gives NVIDIA's immediate / investigatory buckets;
+#: the class, action and wording are ours. Where we deviate from the bucket, the row says why.
 XID_TABLE: dict[int, XidInfo] = _entries(
-    # --- faults raised by the workload ----------------------------------------------------
-    (13, "graphics engine exception", "application", "none-workload"),
-    (31, "GPU memory page fault", "application", "none-workload"),
-    (43, "GPU stopped processing a faulted channel", "application", "none-workload"),
-    (45, "channel removed after an earlier error or a killed process", "application", "none-workload"),
-    (69, "graphics engine class error", "application", "none-workload"),
+    # --- faults raised by the workload (NVIDIA: RESTART_APP, then check the application / CUDA) -----
+    (11, "invalid or corrupted push buffer stream", "application", "none-workload"),  # RESTART_APP / CHECK_APP
+    (13, "graphics engine exception", "application", "none-workload"),  # RESTART_APP / WORKFLOW_XID_13
+    (25, "invalid or illegal push buffer stream", "application", "none-workload"),  # RESTART_APP / CHECK_APP
+    (31, "GPU memory page fault", "application", "none-workload"),  # RESTART_APP / WORKFLOW_XID_31
+    (43, "GPU stopped processing a faulted channel", "application", "none-workload"),  # IGNORE / CONTACT_SUPPORT
+    (45, "channel removed after an earlier error or a killed process", "application", "none-workload"),  # WF_45
+    (69, "graphics engine class error", "application", "none-workload"),  # RESTART_APP / CHECK_APP
+    (80, "corrupted data sent to the GPU (push buffer CRC mismatch)", "application", "none-workload"),  # RESTART_APP
     # --- ambiguous: workload, driver or hardware ------------------------------------------
-    (32, "corrupted push buffer stream (PBDMA error)", "driver", "investigate"),
-    (61, "internal micro-controller (PMU) breakpoint", "hardware", "investigate"),
-    (68, "video decoder (NVDEC0) exception", "hardware", "investigate"),
-    (109, "context switch timeout", "driver", "investigate"),
+    (8, "GPU stopped processing (channel idle timeout)", "driver", "investigate"),  # RESTART_APP / CONTACT_SUPPORT
+    (32, "corrupted push buffer stream (PBDMA error)", "driver", "investigate"),  # RESTART_APP / CHECK_APP
+    (54, "auxiliary power not connected to the GPU board", "hardware", "investigate"),  # CHECK_MECHANICALS
+    (60, "video processor (SEC2) exception", "hardware", "investigate"),  # RESTART_APP / INVESTIGATE_SW
+    (61, "internal micro-controller (PMU) breakpoint", "hardware", "investigate"),  # (older drivers)
+    (68, "video decoder (NVDEC0) exception", "hardware", "investigate"),  # RESTART_APP / CONTACT_SUPPORT
+    (78, "vGPU start error", "driver", "investigate"),  # UPDATE_SWFW
+    # 109: NVIDIA's bucket is RESET_GPU, but a context-switch timeout is as often a job that hangs a
+    # channel; kept ambiguous so an app Xid beside it stays the workload's
+    (109, "context switch timeout", "driver", "investigate"),  # RESET_GPU / CONTACT_SUPPORT
+    (159, "CHI non-data error", "hardware", "investigate"),  # CHECK_UVM / SYMPATHETIC_REPORT_SOLO
+    # --- GPU engines (copy, video, JPEG, optical flow): restart the job, support if it repeats ------
+    *(
+        (code, f"copy engine (CE{n}) exception", "hardware", "investigate")  # RESTART_APP / CONTACT_SUPPORT
+        for code, n in (
+            (39, 0),
+            (40, 1),
+            (41, 2),
+            (70, 3),
+            (72, 5),
+            (75, 6),
+            (76, 7),
+            (77, 8),
+            (85, 9),
+            (126, 10),
+            (127, 11),
+            (128, 12),
+            (129, 13),
+            (130, 14),
+            (131, 15),
+            (132, 16),
+            (133, 17),
+            (134, 18),
+            (135, 19),
+        )
+    ),
+    *(
+        (code, f"{engine} exception", "hardware", "investigate")  # RESTART_APP / CONTACT_SUPPORT
+        for code, engine in (
+            (82, "JPEG decoder (NVJPG0)"),
+            (83, "video decoder (NVDEC1)"),
+            (84, "video decoder (NVDEC2)"),
+            (86, "optical flow accelerator (OFA0)"),
+            (88, "video decoder (NVDEC3)"),
+            (89, "video decoder (NVDEC4)"),
+            (96, "video decoder (NVDEC5)"),
+            (97, "video decoder (NVDEC6)"),
+            (98, "video decoder (NVDEC7)"),
+            (99, "JPEG decoder (NVJPG1)"),
+            (100, "JPEG decoder (NVJPG2)"),
+            (101, "JPEG decoder (NVJPG3)"),
+            (102, "JPEG decoder (NVJPG4)"),
+            (103, "JPEG decoder (NVJPG5)"),
+            (104, "JPEG decoder (NVJPG6)"),
+            (105, "JPEG decoder (NVJPG7)"),
+            (139, "optical flow accelerator (OFA1)"),
+            (142, "video encoder (NVENC3)"),
+        )
+    ),
     # --- GPU memory ------------------------------------------------------------------------
-    (48, "uncorrectable double-bit ECC error", "memory", "reboot"),
-    (63, "memory row remapping / page retirement event", "memory", "reboot"),
-    (64, "memory row remapping / page retirement failure", "memory", "replace"),
-    (92, "excessive single-bit ECC error rate", "memory", "investigate"),
-    (94, "contained uncorrectable ECC error", "memory", "warn"),
-    (95, "uncontained uncorrectable ECC error", "memory", "reboot"),
-    (140, "unrecovered ECC error", "memory", "reboot"),
+    (48, "uncorrectable double-bit ECC error", "memory", "reboot"),  # WORKFLOW_XID_48
+    # 63: NVIDIA's buckets are IGNORE / IGNORE: a row was marked for remapping (it takes effect at the
+    # next GPU reset). Alone it needs no node action; 64 (remap failed), 48 or 95 beside it do.
+    (63, "memory row remapping / page retirement event", "memory", "warn"),  # IGNORE / IGNORE
+    (64, "memory row remapping / page retirement failure", "memory", "replace"),  # RESET_GPU / CONTACT_SUPPORT
+    (92, "excessive single-bit ECC error rate", "memory", "investigate"),  # IGNORE / CONTACT_SUPPORT
+    (94, "contained uncorrectable ECC error", "memory", "warn"),  # RESTART_APP / IGNORE
+    (95, "uncontained uncorrectable ECC error", "memory", "reboot"),  # RESET_GPU / IGNORE
+    (140, "unrecovered ECC error", "memory", "reboot"),  # RESET_GPU / CONTACT_SUPPORT
+    (156, "resource retirement event", "memory", "reboot"),  # RESET_GPU / IGNORE
+    (157, "resource retirement failure", "memory", "investigate"),  # IGNORE / CONTACT_SUPPORT
+    (168, "reduced GPU memory capacity (errors in the write-protected region)", "memory", "investigate"),  # none
+    # 171/172 give the detail (DRAM or SRAM) of an uncorrectable error reported as Xid 48: treated as 48
+    (171, "uncorrectable DRAM error (detail of Xid 48)", "memory", "reboot"),  # no bucket listed
+    (172, "uncorrectable SRAM error (detail of Xid 48)", "memory", "reboot"),  # no bucket listed
     # --- GPU internals, firmware and driver -----------------------------------------------
-    (62, "internal micro-controller (PMU) halt", "hardware", "reboot"),
-    (71, "copy engine (CE4) exception", "hardware", "reboot"),
-    (119, "GSP firmware RPC timeout", "driver", "reboot"),
-    (120, "GSP firmware error", "driver", "reboot"),
-    (143, "GPU initialization failure", "hardware", "reboot"),
+    (37, "driver firmware error (unimplemented firmware method)", "driver", "warn"),  # IGNORE / CHECK_APP
+    (38, "driver firmware error (watchdog timeout)", "driver", "warn"),  # IGNORE / CONTACT_SUPPORT
+    (44, "graphics engine fault during context switch", "driver", "warn"),  # IGNORE / CONTACT_SUPPORT
+    (46, "GPU stopped processing (GPU timeout)", "driver", "reboot"),  # RESET_GPU / CONTACT_SUPPORT
+    (62, "internal micro-controller (PMU) halt", "hardware", "reboot"),  # RESET_GPU / CONTACT_SUPPORT
+    (66, "illegal register access by the driver", "driver", "warn"),  # IGNORE / INVESTIGATE_SW
+    (67, "illegal access by the driver (verification violation)", "driver", "warn"),  # IGNORE / CONTACT_SUPPORT
+    # 71: NVIDIA's bucket is RESTART_APP; HyperPod's health agent raises NvidiaErrorReboot for it
+    (71, "copy engine (CE4) exception", "hardware", "reboot"),  # RESTART_APP / CONTACT_SUPPORT
+    (93, "InfoROM wear limit exceeded (non-fatal)", "hardware", "warn"),  # IGNORE / CONTACT_SUPPORT
+    (106, "SMBPBI test message", "informational", "warn"),  # IGNORE / IGNORE
+    (107, "SMBPBI test message (silent)", "informational", "warn"),  # IGNORE / IGNORE
+    (110, "security fault", "hardware", "reboot"),  # RESET_GPU / INVESTIGATE_SW
+    (119, "GSP firmware RPC timeout", "driver", "reboot"),  # RESET_GPU / INVESTIGATE_SW
+    (120, "GSP firmware error", "driver", "reboot"),  # RESET_GPU / INVESTIGATE_SW
+    (141, "CUDA fast path error", "driver", "warn"),  # IGNORE / CONTACT_SUPPORT
+    (143, "GPU initialization failure", "hardware", "reboot"),  # RESET_GPU / CONTACT_SUPPORT
+    (151, "confidential-computing key rotation error", "driver", "reboot"),  # RESTART_VM / CONTACT_SUPPORT
+    (152, "DLA SMMU error", "hardware", "warn"),  # IGNORE / CONTACT_SUPPORT
+    (153, "DLA timeout", "hardware", "warn"),  # IGNORE / CONTACT_SUPPORT
+    (158, "GPU fatal timeout", "hardware", "reboot"),  # RESET_GPU / CONTACT_SUPPORT
+    (160, "channel retirement event", "driver", "warn"),  # IGNORE / INVESTIGATE_SW
+    (161, "channel retirement failure", "driver", "warn"),  # IGNORE / INVESTIGATE_SW
+    (169, "internal micro-controller (SEC2) halt", "hardware", "investigate"),  # no bucket listed
     # --- bus and NVLink -------------------------------------------------------------------
-    (79, "GPU has fallen off the bus", "bus", "replace"),
-    (74, "NVLink error", "nvlink", "reboot"),
-    (136, "NVLink link training failure", "nvlink", "reboot"),
+    (79, "GPU has fallen off the bus", "bus", "replace"),  # RESTART_BM / CONTACT_SUPPORT
+    (167, "PCIe fatal timeout", "bus", "investigate"),  # no bucket listed
+    (74, "NVLink error", "nvlink", "reboot"),  # WORKFLOW_NVLINK_ERR / CONTACT_SUPPORT
+    (121, "C2C (chip-to-chip) link error", "nvlink", "warn"),  # IGNORE / CONTACT_SUPPORT
+    (136, "NVLink link training failure", "nvlink", "reboot"),  # RESET_GPU / INVESTIGATE_LINK_SI
+    # 137: IGNORE as the immediate action; NVIDIA's own flow (XID_137_FLOW) is investigatory
+    (137, "NVLink privilege error", "nvlink", "warn"),  # IGNORE / XID_137_FLOW
+    # 144-150: the action depends on the sub-unit and error status decoded from the message
+    # (WORKFLOW_NVLINK5_ERR); 149 and 150 are link- or GPU-fatal in most rows
     (144, "NVLink SAW error", "nvlink", "investigate"),
     (145, "NVLink RLW error", "nvlink", "investigate"),
     (146, "NVLink TLW error", "nvlink", "investigate"),
@@ -103,9 +200,44 @@ XID_TABLE: dict[int, XidInfo] = _entries(
     (148, "NVLink NVLPW control error", "nvlink", "investigate"),
     (149, "NVLink NETIR error", "nvlink", "reboot"),
     (150, "NVLink MSE error", "nvlink", "reboot"),
+    (155, "NVLink software-defined error", "nvlink", "reboot"),  # RESET_GPU / INVESTIGATE_SW_USER
+    (166, "NVLink encrypted-traffic error (confidential computing)", "nvlink", "investigate"),  # none listed
+    (170, "NVLink interrupt in confidential-computing mode", "nvlink", "investigate"),  # none listed
     # --- informational ----------------------------------------------------------------------
-    (154, "GPU recovery action changed", "informational", "investigate"),
-    (163, "GPU thermal event", "informational", "warn"),
+    (154, "GPU recovery action changed", "informational", "investigate"),  # XID_154: read the action asked
+    # 162-165: the power-smoothing circuitry's state; NVIDIA lists no action for them
+    (162, "power smoothing circuitry re-engaged", "informational", "warn"),
+    (163, "power smoothing circuitry disengaged", "informational", "warn"),
+    (164, "power smoothing circuitry low lifetime reached", "informational", "warn"),
+    (165, "power smoothing circuitry lifetime exhausted", "informational", "warn"),
+)
+
+#: Codes NVIDIA's catalogue lists as "Unused" (current drivers do not raise them).
+UNUSED_CODES: frozenset[int] = frozenset(
+    (
+        *range(1, 8),
+        9,
+        10,
+        12,
+        14,
+        *range(15, 25),
+        *range(26, 31),
+        *range(33, 37),
+        42,
+        47,
+        *range(49, 54),
+        *range(55, 60),
+        65,
+        73,
+        81,
+        87,
+        90,
+        91,
+        108,
+        *range(111, 119),
+        *range(122, 126),
+        138,
+    )
 )
 
 #: Codes that follow from an earlier fault on the same GPU (the channel torn down, the work it ran
@@ -120,6 +252,8 @@ def lookup(code: int) -> XidInfo:
     info = XID_TABLE.get(code)
     if info is not None:
         return info
+    if code in UNUSED_CODES:
+        return XidInfo(code, "listed as unused in NVIDIA's catalogue", "unknown", "investigate")
     return XidInfo(code, "not in the catalogue", "unknown", "investigate")
 
 

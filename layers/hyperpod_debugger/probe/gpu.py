@@ -133,6 +133,8 @@ class Gpu:
 
     @property
     def label(self) -> str:
+        if self.bus_id == nvsmi.UNKNOWN_BUS and self.index is None:
+            return "the pasted GPU (bus id not in the excerpt)"
         if self.index is not None and self.bus_id:
             return f"GPU {self.index} ({self.bus_id})"
         if self.index is not None:
@@ -353,7 +355,18 @@ def _problem(
     )
 
 
+def _excerpt_only(gs: GpuSet) -> bool:
+    """Only a pasted part of ``nvidia-smi -q`` without its ``GPU <bus id>`` line (and no "Attached GPUs"):
+    one GPU of unknown address, and nothing says how many the node has."""
+    return bool(gs.gpus) and all(g.bus_id == nvsmi.UNKNOWN_BUS and g.row is None for g in gs.gpus)
+
+
 def _coverage_note(judged: int, total: int, gs: GpuSet) -> str:
+    if _excerpt_only(gs) and not (gs.q and gs.q.attached_gpus):
+        return (
+            "; read from an excerpt of one GPU without its `GPU <bus id>` line: which GPU it is, and the "
+            "node's other GPUs, are not in it"
+        )
     if judged >= total:
         return ""
     cut = " (output truncated)" if gs.truncated_items else ""
@@ -411,6 +424,12 @@ def check_gpu_count(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
 
     seen: int | None = None
     lines: list[str] = []
+    if (gs.csv is None or not gs.csv.rows) and gs.q is not None and gs.q.attached_gpus is None:
+        if gs.q.gpus and all(g.bus_id == nvsmi.UNKNOWN_BUS for g in gs.q.gpus):
+            raise NotApplicable(
+                "nvidia-smi -q was given as an excerpt of one GPU without its `GPU <bus id>` line or the "
+                "'Attached GPUs' count: it cannot say how many GPUs the node has"
+            )
     if gs.csv is not None and gs.csv.rows:
         seen, lines = len(gs.csv.rows), [r.line for r in gs.csv.rows]
     else:
@@ -523,10 +542,12 @@ class EccState:
     retired_single: Fact | None = None
     retired_double: Fact | None = None
     retire_pending: Fact | None = None
+    #: lines of fields printed but not readable with certainty (``Pending Page Blacklist : Yes this one``)
+    unreadable: tuple[str, ...] = ()
 
     @property
     def judged(self) -> bool:
-        return any(
+        return bool(self.unreadable) or any(
             f is not None
             for f in (
                 self.unc_volatile,
@@ -559,8 +580,11 @@ def _ecc_state(gs: GpuSet, gpu: Gpu) -> EccState:
         retired_double=gpu.csv_number("retired_pages.double_bit.count"),
         retire_pending=gpu.csv_flag("retired_pages.pending"),
     )
+    if gpu.row is not None:
+        state.unreadable = _csv_unreadable(gpu.row, _ECC_COLUMNS)
     if gpu.q is None:
         return state
+    state.unreadable += nvsmi.q_unreadable(gpu.q).get("retired pages", ())
     unc_v, cor_v = nvsmi.q_ecc(gpu.q, "volatile")
     unc_a, cor_a = nvsmi.q_ecc(gpu.q, "aggregate")
     state.unc_volatile = state.unc_volatile or _q_counted(gpu, unc_v)
@@ -575,6 +599,31 @@ def _ecc_state(gs: GpuSet, gpu: Gpu) -> EccState:
     if state.retire_pending is None and "pending" in pages:
         state.retire_pending = gpu.q_fact(pages["pending"].value, pages["pending"].line)
     return state
+
+
+def _csv_unreadable(row: nvsmi.CsvRow, columns: tuple[str, ...]) -> tuple[str, ...]:
+    """The row's line when one of ``columns`` holds a value that cannot be read with certainty."""
+    for column in columns:
+        value = row.values.get(column)
+        kind = "flag" if column.endswith((".pending", ".failure")) else "number"
+        if nvsmi.unreadable(value, kind):
+            return (row.line,)
+    return ()
+
+
+def _unreadable_finding(ctx: ProbeContext, gs: GpuSet, check: str, section: str, what: str, states: list) -> Finding:
+    lines = [line for s in states for line in s.unreadable]
+    return finding(
+        ctx,
+        check,
+        Tag.UNKNOWN,
+        f"{what} on {_names([s.gpu for s in states])} printed but not readable with certainty (a note or "
+        "text where nvidia-smi prints Yes/No or a count): cannot judge it; run the command again and paste "
+        "its output unedited",
+        priority=Priority.P2,
+        section=section,
+        evidence=_evidence(gs, [], lines),
+    )
 
 
 def _ecc_needs_more(gs: GpuSet) -> Callable[[Gpu], bool]:
@@ -614,6 +663,8 @@ def _ecc_all_clear(gpus: list[Gpu]) -> list[Fact] | None:
         cor_v, cor_a = _number(get(_ECC_COLUMNS[2])), _number(get(_ECC_COLUMNS[3]))
         single, double = _number(get(_ECC_COLUMNS[4])), _number(get(_ECC_COLUMNS[5]))
         pending = _flag(get(_ECC_COLUMNS[6]))
+        if _csv_unreadable(row, _ECC_COLUMNS):
+            return None
         if unc_v is None and unc_a is None and single is None and double is None and pending is None:
             return None  # not judged: the full path words the coverage
         if (unc_v is not None and int(unc_v) > 0) or (unc_a is not None and int(unc_a) > 0) or pending is True:
@@ -739,6 +790,9 @@ def check_gpu_ecc(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
                 _ecc_commands(),
             )
         )
+    unsure = [s for s in judged if s.unreadable]
+    if unsure:
+        findings.append(_unreadable_finding(ctx, gs, check, "G.1", "an ECC or page-retirement field", unsure))
     if findings:
         return findings
     corrected = [
@@ -764,6 +818,8 @@ class RemapState:
     gpu: Gpu
     facts: dict[str, Fact] = field(default_factory=dict)
     repair: dict[str, Fact] = field(default_factory=dict)  # 590-era "… Repair Pending", "Unrepairable Memory"
+    #: lines of remapping fields printed but not readable with certainty (``Pending : Yes this one``)
+    unreadable: tuple[str, ...] = ()
 
     def flag(self, name: str) -> bool:
         fact = self.facts.get(name)
@@ -785,7 +841,9 @@ def _remap_state(gpu: Gpu, in_query: bool) -> RemapState:
             value = row.number(column) if name in ("correctable", "uncorrectable") else row.flag(column)
             if value is not None and name not in state.facts:
                 state.facts[name] = Fact(value, (row.line,), "csv" if row is gpu.row else "remap")
+        state.unreadable += _csv_unreadable(row, _REMAP_COLUMNS)
     if gpu.q is not None:
+        state.unreadable += nvsmi.q_unreadable(gpu.q).get("remapped rows", ())
         for name, reading in nvsmi.q_remapped_rows(gpu.q).items():
             state.facts.setdefault(name, gpu.q_fact(reading.value, reading.line))
         for leaf in ("channel repair pending", "tpc repair pending", "unrepairable memory"):
@@ -838,6 +896,8 @@ def _remap_all_clear(gpus: list[Gpu], in_query: bool) -> list[Fact] | None:
         pending, failure = _flag(get(_REMAP_COLUMNS[2])), _flag(get(_REMAP_COLUMNS[3]))
         if correctable is None and uncorrectable is None and pending is None and failure is None:
             return None
+        if _csv_unreadable(row, _REMAP_COLUMNS):
+            return None
         if pending or failure or (uncorrectable is not None and int(uncorrectable) > 0):
             return None
         for value in (pending, failure):
@@ -865,7 +925,7 @@ def check_gpu_row_remap(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     if clear is not None:
         return [_remap_passed(ctx, gs, len(gpus), _evidence(gs, clear))]
     states = [_remap_state(g, in_query) for g in gpus]
-    judged = [s for s in states if s.facts or s.repair]
+    judged = [s for s in states if s.facts or s.repair or s.unreadable]
     if not judged:
         if gs.truncated_items:
             raise NotApplicable("row remapping is missing from the output (output truncated): cannot judge")
@@ -916,6 +976,9 @@ def check_gpu_row_remap(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
                 _remap_commands(),
             )
         )
+    unsure = [s for s in judged if s.unreadable and s not in failed and s not in pending]
+    if unsure:
+        findings.append(_unreadable_finding(ctx, gs, check, "G.1.a", "a row-remapping field", unsure))
     if findings:
         return findings
     remapped = [s for s in judged if s.count("uncorrectable") > 0]

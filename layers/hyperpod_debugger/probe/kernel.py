@@ -21,6 +21,7 @@ from datetime import timedelta
 from hyperpod_debugger.checks.base import Check
 from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.xid import PREVIOUS_XID, SECONDARY_CODES, XidInfo, lookup, parse_xid_codes
+from hyperpod_debugger.probe import catalog
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
 from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.parse.klog import (
@@ -313,7 +314,17 @@ def _xid_finding(
         cause = "Application-class Xid: the running job faulted; the GPU and the node are not implicated."
     elif info.action == "warn":
         tag, priority, action = Tag.WARN, Priority.P2, "investigate"
-        if info.xid_class == "memory":
+        if group.code == 63:
+            # NVIDIA's catalogue: IGNORE / IGNORE. The remap is applied at the next GPU reset; a failure to
+            # remap is Xid 64, an uncorrectable error Xid 48/95: those carry their own action
+            tail = (
+                "a memory row was marked for remapping (applied at the next GPU reset); NVIDIA lists no action "
+                "for it alone: act on an Xid 64 (remap failed) or an uncorrectable ECC Xid (48, 95), not on this"
+            )
+            cause = (
+                f"{info.label()}: the GPU recorded a row to remap; on its own not a fault that needs the node reset."
+            )
+        elif info.xid_class == "memory":
             tail = (
                 "contained: the driver stopped only the process that touched the failed memory; the GPU keeps "
                 "running, the row is remapped at the next GPU reset, and no node action is needed"
@@ -426,15 +437,40 @@ _DRIVER_SIGNALS: tuple[DriverSignal, ...] = (
     DriverSignal(
         "init",
         "NVIDIA driver could not initialise a GPU",
-        re.compile(r"RmInitAdapter failed|rm_init_adapter failed|GPU \S+ failed to initialize", re.IGNORECASE),
+        # the driver's own words when a GPU does not come up (open-gpu-kernel-modules, nv.c / nv-pci.c):
+        # RmInitAdapter / rm_init_adapter failures, a failed PCI probe ("nvidia: probe of <bdf> failed with
+        # error -1", "The NVIDIA probe routine failed for N device(s)", "None of the NVIDIA devices were
+        # initialized", "No NVIDIA GPU found"), an invalid PCI I/O region or no IRQ for the card
+        re.compile(
+            r"RmInitAdapter failed|rm_init_adapter failed|GPU \S+ failed to initialize"
+            r"|(?:nvidia|NVRM)\S*:? (?:\S+ )?probe of \S+ failed with error|probe with driver nvidia failed"
+            r"|NVIDIA probe routine failed|None of the NVIDIA devices were initialized"
+            r"|No NVIDIA (?:GPU|devices?) (?:found|probed)"
+            r"|PCI I/O region assigned to your NVIDIA device is invalid"
+            r"|Can't find an IRQ for your NVIDIA card|No IRQ (?:was )?(?:found|assigned)[^\n]{0,40}NVIDIA",
+            re.IGNORECASE,
+        ),
         frozenset({62, 143}),
         Priority.P1,
-        "The driver failed to bring a GPU up (RmInitAdapter); the GPU is missing for jobs until it is reset.",
+        "The driver failed to bring a GPU up (initialisation or PCI probe failed); the GPU is missing for jobs "
+        "until it is reset.",
+    ),
+    DriverSignal(
+        "nvlink_training",
+        "NVLink link training failed",
+        # the driver's text for Xid 136 (ALI_TRAINING_FAIL): "NVLink: Link training failed for link N(...)"
+        re.compile(
+            r"NVLink\b[^\n]{0,80}\btraining fail|nvlink[^\n]{0,80}failed to train|LinkTrainingFailed", re.IGNORECASE
+        ),
+        frozenset({136}),
+        Priority.P1,
+        "An NVLink link between GPUs did not come up (link training failed): NVLink traffic on that GPU is "
+        "degraded or stopped; NVIDIA's catalogue resets the GPU and looks at the link if it repeats.",
     ),
 )
 _DRIVER_KEYWORDS = re.compile(
     r"fallen off|GPU_IS_LOST|GPU is lost|GPU lost|GSP|gsp|rpcSendMessage|RmInitAdapter|RESET_REQUIRED|Reset required|"
-    r"rm_init_adapter|failed to initialize"
+    r"rm_init_adapter|failed to initialize|probe|initialized|No NVIDIA|I/O region|IRQ|[Tt]raining|NVLink|nvlink"
 )
 _DRIVER_WORDS = (
     "RESET_REQUIRED",
@@ -449,6 +485,13 @@ _DRIVER_WORDS = (
     "nitAdapter",
     "nit_adapter",
     "failed to initialize",
+    "probe",
+    "initialized",
+    "No NVIDIA",
+    "I/O region",
+    "IRQ",
+    "raining",
+    "train",
 )
 
 
@@ -512,6 +555,12 @@ def _driver_finding(
 _PCI = re.compile(r"(?:PCI:|GPU at PCI:|gpu[ :]*)?\b([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.\d)?\b")
 
 
+def _without_nvidia_gpus(ctx: ProbeContext) -> bool:
+    """True when the instance type is known to carry no NVIDIA GPU (Trainium, CPU-only)."""
+    spec = catalog.spec_for(ctx.instance_type)
+    return spec is not None and spec.gpus == 0
+
+
 def check_xid(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     item(doc, THIS_BOOT, what="NVIDIA Xid errors in the kernel log")
     lookback = max(ctx.window, RECURRENCE_LOOKBACK)
@@ -529,6 +578,10 @@ def check_xid(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     _, signals_before = _driver_signals(doc, ctx, PREVIOUS_BOOT, lookback)
     for sig in _DRIVER_SIGNALS:
         lines = signals.get(sig.key)
+        if sig.key == "init" and _without_nvidia_gpus(ctx):
+            # an image that ships the NVIDIA driver also boots on Trainium and CPU nodes, where the driver
+            # says it found no GPU: that is the truth there, not a GPU that failed to come up
+            continue
         if lines and not (sig.same_as & set(now_groups)):
             findings.append(_driver_finding(doc, ctx, sig, lines, driver_log, signals_before.get(sig.key)))
     findings.sort(key=lambda f: (f.priority or "P9", f.tag != Tag.FAIL))
@@ -626,15 +679,19 @@ _KINDS: dict[str, FaultKind] = {
             "A CPU was stuck with interrupts off; on GPU hosts often PCIe/NVLink or firmware trouble.",
             (_JOURNAL_FAULTS, _JOURNAL_PREV),
         ),
+        # runbook § N ("mce: [Hardware Error]" → CPU or memory hardware: drain and replace) and § F (machine-check
+        # errors are among the faults that go to replacement); Intel SDM vol. 3B ch. 16 / AMD APM vol. 2 § 9:
+        # an uncorrected error (UC set; PCC: processor context corrupt) is not repaired by the hardware
         FaultKind(
             "mce",
             "Uncorrected machine-check / hardware error",
             Tag.FAIL,
             Priority.P0,
             "N",
-            "investigate",
+            "replace",
             True,
-            "The CPU or memory reported an uncorrected hardware error.",
+            "The CPU or memory reported an uncorrected hardware error: the host's hardware is failing (runbook § N: "
+            "drain and replace).",
             (_JOURNAL_HW,),
         ),
         FaultKind(
@@ -658,6 +715,21 @@ _KINDS: dict[str, FaultKind] = {
             False,
             "The kernel detected a bug in itself or a driver; the kernel may be in an inconsistent state.",
             (_JOURNAL_FAULTS,),
+        ),
+        FaultKind(
+            "mce_logged",
+            "Machine-check events logged (the line does not say whether they were corrected)",
+            Tag.WARN,
+            Priority.P1,
+            "N",
+            "investigate",
+            False,
+            "The kernel logged machine-check records without decoding them here; whether they were corrected or "
+            "not is in the records themselves (mcelog / rasdaemon, or the journal's mce: lines).",
+            (
+                _JOURNAL_HW,
+                read_only(["ras-mc-ctl", "--errors"], f"Read the decoded machine-check records (rasdaemon) {ON_NODE}"),
+            ),
         ),
         FaultKind(
             "mce_corrected",
@@ -739,7 +811,8 @@ _KINDS: dict[str, FaultKind] = {
 #: branch starts with a capital letter: the regex engine skips other characters fast. Soft lockups
 #: ("watchdog: BUG: soft lockup") are found by "BUG", hung tasks by "INFO: task … blocked".
 _FAULT_KEYWORDS = re.compile(
-    r"Kernel panic|LOCKUP|BUG|Oops|Hardware Error|Machine|NMI|INFO: task|NVRM: |Trigger a crash|EDAC"
+    r"Kernel panic|LOCKUP|BUG|Oops|Hardware Error|Machine|NMI|INFO: task|NVRM: |Trigger a crash|EDAC|Memory failure"
+    r"|Uncorrected hardware memory|Memory error not recovered"
     r"|Removing after probe failure|Device not ready|controller is down|I/O error|EXT4-fs error|XFS \("
 )
 _STORAGE_LOST = re.compile(
@@ -758,7 +831,16 @@ _SOFT_LOCKUP = re.compile(r"soft lockup", re.IGNORECASE)
 _GHES = re.compile(r"\{(\d+)\}\[Hardware Error\]")
 _GHES_SEVERITY = re.compile(r"\{(\d+)\}\[Hardware Error\]:\s+event severity:\s*(\w+)")
 _MCE = re.compile(r"\[Hardware Error\]|Machine Check Exception|Machine check: ")
-_MCE_CORRECTED = re.compile(r"Machine check events logged|(?<!un)corrected error|severity:\s*corrected", re.IGNORECASE)
+_MCE_CORRECTED = re.compile(r"(?<!un)corrected error|severity:\s*corrected", re.IGNORECASE)
+#: "mce: [Hardware Error]: Machine check events logged" (mce_log's notice): says records exist, not their kind
+_MCE_LOGGED = re.compile(r"Machine check events logged", re.IGNORECASE)
+#: the x86 MCE handler's words for an uncorrected memory error it recovered from by killing a process or
+#: poisoning a page (arch/x86/kernel/cpu/mce/core.c; mm/memory-failure.c)
+_MCE_UNCORRECTED_TEXT = re.compile(
+    r"Uncorrected hardware memory error in user-access|Memory error not recovered|"
+    r"Memory failure: 0x[0-9a-f]+: (?:recovery action for|unhandlable page)",
+    re.IGNORECASE,
+)
 _NMI = re.compile(r"Uhhuh\. NMI|NMI received|NMI: (?:PCI system error|IOCK error)")
 _HUNG = re.compile(r"blocked for more than \d+ seconds|hung_task(?!_timeout_secs)")
 _OOPS = re.compile(r"\bBUG: |Oops: |kernel BUG at")
@@ -780,6 +862,10 @@ def _fault_kind(text: str, ghes: dict[str, str]) -> str | None:
         severity = ghes.get(record.group(1), "") if record else ""
         if severity == "corrected" or (not record and _MCE_CORRECTED.search(text)):
             return "mce_corrected"
+        if not record and _MCE_LOGGED.search(text):
+            return "mce_logged"
+        return "mce"
+    if ("memory error" in text or "Memory failure" in text) and _MCE_UNCORRECTED_TEXT.search(text):
         return "mce"
     if ("nvme" in text) and _STORAGE_LOST.search(text):
         return "storage_lost"
@@ -873,6 +959,8 @@ def check_kernel_faults(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     prev_log, prev = _faults_of(doc, ctx, PREVIOUS_BOOT)
     logs = (this_log, prev_log)
     findings: list[Finding] = []
+    _fold_logged(this)
+    _fold_logged(prev)
     for key, kind in _KINDS.items():
         now_lines = this.by_kind.get(key, [])
         before_lines = prev.by_kind.get(key, [])
@@ -895,6 +983,19 @@ def check_kernel_faults(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
             evidence=[*_notes(doc, ctx, logs, ()), *_ignored_note(this_log, prev_log)],
         )
     ]
+
+
+def _fold_logged(faults: BootFaults) -> None:
+    """ "Machine check events logged" says records exist, not their kind: beside records that state their kind
+    (uncorrected first, else corrected) it is part of those; alone it stays a finding of unknown kind."""
+    logged = faults.by_kind.get("mce_logged")
+    if not logged:
+        return
+    for kind in ("mce", "mce_corrected"):
+        if faults.by_kind.get(kind):
+            faults.by_kind[kind] = [*faults.by_kind[kind], *logged]
+            del faults.by_kind["mce_logged"]
+            return
 
 
 def _fault_finding(
@@ -934,7 +1035,9 @@ def _fault_finding(
     if kind.hardware and now_lines and before_lines:
         tag, priority, action = Tag.FAIL, Priority.P0, "replace"
         parts.append("seen in both boots: a reboot did not cure it, replace the node")
-    elif kind.key == "mce" and not before_lines and _logged_at_boot(doc, ctx, now_lines):
+    elif (
+        kind.key == "mce" and not before_lines and _logged_at_boot(doc, ctx, now_lines) and not _fatal(now_lines, this)
+    ):
         tag, priority, action = Tag.WARN, Priority.P2, "investigate"
         parts.append(
             "logged in the first minutes of this boot only: the firmware's record of an error from before the "
@@ -980,6 +1083,15 @@ def _logged_at_boot(doc: ProbeDocument, ctx: ProbeContext, lines: list[KernelLin
     return bool(lines)
 
 
+#: a machine check the kernel could not survive: it is live, whenever in the boot it came
+_FATAL_MCE = re.compile(r"Processor context corrupt|Fatal machine check|Machine check from unknown source", re.I)
+
+
+def _fatal(lines: list[KernelLine], faults: BootFaults) -> bool:
+    panics = faults.by_kind.get("panic", [])
+    return any(_FATAL_MCE.search(line.text) for line in [*lines, *panics])
+
+
 def _all_deliberate(now: list[KernelLine], before: list[KernelLine], this: BootFaults, prev: BootFaults) -> bool:
     return (not now or this.deliberate_crash) and (not before or prev.deliberate_crash)
 
@@ -990,13 +1102,15 @@ def _all_deliberate(now: list[KernelLine], before: list[KernelLine], this: BootF
 #: benign "oom_score_adj" values printed elsewhere carry none of them
 _OOM_KEYWORDS = re.compile(
     r"Out of memory|Memory cgroup out of memory|Kill process|Killed process|CONSTRAINT_|Task in "
-    r"|invoked oom-killer|mem_cgroup_out_of_memory"
+    r"|invoked oom-killer|mem_cgroup_out_of_memory|mem_cgroup_oom_synchronize"
 )
 #: every kill report has a "Kill process" / "Killed process" line, its oom-kill: summary, or at least the
 #: "<task> invoked oom-killer" line that opens it (the rest may be cut off by the tail cap)
-_OOM_WORDS = ("Kill", "CONSTRAINT_", "oom-killer", "mem_cgroup_out_of_memory")
+_OOM_WORDS = ("Kill", "CONSTRAINT_", "oom-killer", "mem_cgroup_out_of_memory", "killed as a result of limit")
 _INVOKED = re.compile(r"(\S+) invoked oom-killer:")
-_MEMCG_FRAME = re.compile(r"mem_cgroup_out_of_memory")
+#: call-trace frames only a memory cgroup's OOM passes through (mm/memcontrol.c): the charge path's
+#: mem_cgroup_out_of_memory and, on older kernels, the page-fault path's mem_cgroup_oom_synchronize
+_MEMCG_FRAME = re.compile(r"mem_cgroup_out_of_memory|mem_cgroup_oom_synchronize")
 _OOM_CONTEXT = re.compile(r"oom-kill:constraint=(\w+)")
 _KV = re.compile(r"(?<![\w])(task_memcg|oom_memcg|task|pid)=([^,\s]*)")
 _KILLED = re.compile(
@@ -1105,6 +1219,11 @@ def oom_kills(lines: Iterable[KernelLine], previous_boot: bool = False) -> list[
             pid = m.group(1)
             if kills and kills[-1].pid == pid:
                 kills[-1].lines.append(line)
+            elif pending is None and kills and "sacrifice child" in kills[-1].lines[-1].text:
+                # older kernels: "Kill process N (x) score S or sacrifice child", then the child it chose
+                # instead: "Killed process M (y)" is the same kill, its victim the child
+                kills[-1].lines.append(line)
+                kills[-1].pid, kills[-1].task = pid, m.group(2)
             elif pending is not None and pending.pid in (None, pid):
                 pending.lines.append(line)
                 pending.pid, pending.task = pid, m.group(2)

@@ -8,7 +8,9 @@ mounted. Usage comes from ``df -P`` columns, never from a wrapped ``df -h`` line
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 
 from hyperpod_debugger.checks.base import Check
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
@@ -21,6 +23,7 @@ from hyperpod_debugger.probe.parse.sysparse import (
     BlockDevice,
     DfReport,
     DfRow,
+    FreeMem,
     Meminfo,
     Mounts,
     Parsed,
@@ -449,19 +452,32 @@ def check_shm(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
 _MEMINFO_EVIDENCE = ("MemTotal", "MemAvailable", "HugePages_Total", "HugePages_Free", "Hugepagesize")
 
 
+@functools.lru_cache(maxsize=16)
+def _free_parser(command: str | None) -> Callable[[str], FreeMem]:
+    """``parse_free`` told the item's command (``free -b`` from the probe; a paste's own command line is
+    read from its text): one function per command, so the document's parse cache keeps working."""
+    return functools.partial(parse_free, command=command)
+
+
 def check_memory(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     meminfo = Parsed(doc, "meminfo", "memory (/proc/meminfo)", parse_meminfo)
-    free = Parsed(doc, "free", "memory (free -b)", parse_free)
+    given = doc.item("free")
+    free = Parsed(doc, "free", "memory (free)", _free_parser(given.command if given is not None else None))
     info: Meminfo | None = meminfo.value
     total = available = None
     evidence: list[str] = []
+    size: Callable[[int | None], str] = human
+    unit_note = ""
     if info is not None:
         total, available = info.get("MemTotal"), info.get("MemAvailable")
         evidence = [info.lines[k] for k in _MEMINFO_EVIDENCE if k in info.lines]
     if (total is None or available is None) and free.value is not None and free.value.available is not None:
-        total, available = free.value.total, free.value.available
-        if free.value.mem_line:
-            evidence.append(free.value.mem_line)
+        fm: FreeMem = free.value
+        total, available, size = fm.total, fm.available, fm.size
+        unit_note = "" if fm.unit else ", in a unit the paste does not show"
+        if fm.mem_line:
+            evidence.append(fm.mem_line)
+        evidence.append(f"(free: {fm.unit})" if fm.unit else "(free: no command line or unit pasted; ratio only)")
     hugepages = _hugepage_findings(ctx, info, meminfo.item)
     if not total or available is None:
         if hugepages:
@@ -482,7 +498,7 @@ def check_memory(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
                 ctx,
                 "probe.memory",
                 Tag.FAIL if critical else Tag.WARN,
-                f"Only {share:.1f}% of memory is available ({human(available)} of {human(total)})",
+                f"Only {share:.1f}% of memory is available ({size(available)} of {size(total)}{unit_note})",
                 priority=Priority.P1 if critical else Priority.P2,
                 section="I.3",
                 evidence=evidence,
@@ -504,7 +520,7 @@ def check_memory(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
                 ctx,
                 "probe.memory",
                 Tag.PASS,
-                f"{share:.0f}% of memory is available ({human(available)} of {human(total)})",
+                f"{share:.0f}% of memory is available ({size(available)} of {size(total)}{unit_note})",
                 section="I.3",
                 evidence=evidence,
             )

@@ -112,6 +112,27 @@ def _judge_chrony(ctx: ProbeContext, t: ChronyTracking, found: ProbeItem | None)
                 node_action="investigate",
             )
         ]
+    if t.local_clock:
+        # chronyc(1), "tracking": Reference ID 127.127.1.1 (7F7F0101) means no external source, only the
+        # `local` directive serving the node's own clock; its Leap status stays Normal and its offset near
+        # zero because it is measured against itself. Not synchronised, whatever the offset says.
+        stratum = f", stratum {t.stratum}" if t.stratum is not None else ""
+        return [
+            finding(
+                ctx,
+                CHECK,
+                Tag.FAIL,
+                f"Clock is not synchronised: chrony follows only this node's own clock (Reference ID "
+                f"{t.ref_id or t.ref_name}{stratum}, its `local` mode), so the offset it shows is measured against "
+                "itself; no time source such as the Amazon Time Sync Service (169.254.169.123) is in use",
+                priority=Priority.P1,
+                section="I.5",
+                evidence=evidence,
+                root_cause=ROOT_CAUSE_UNSYNCED,
+                suggested_commands=_commands(),
+                node_action="investigate",
+            )
+        ]
     out: list[Finding] = []
     if t.no_source:
         out.append(

@@ -4,14 +4,19 @@ Pure. The states, weightiest first: ``hyperpod-acting`` (HyperPod is rebooting o
 second action), ``replace``, ``reboot``, ``investigate``, ``unknown`` (something could not be read; it
 never hides a FAIL, whose state outranks it), ``fix-workload``, ``watch`` (a warning with no node action),
 ``healthy``. A replace supersedes a reboot; a node never gets two rungs.
+
+A verdict hides no problem: beside its deciding finding it names the node's worst one (when another) and every
+other problem, each marked with whether the rung clears it (:func:`fixed_by`). The rung is chosen by what
+fixes the node; a P0 the rung does not fix (a full disk, a stopped service) is listed, never dropped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from hyperpod_debugger.domain.model import Finding, NodeVerdict, Priority, Tag, VerdictState
+from hyperpod_debugger.domain.model import Finding, NodeProblem, NodeVerdict, Priority, Tag, VerdictState
 from hyperpod_debugger.domain.observations import ClusterNode
+from hyperpod_debugger.remediation.rootcause import reference
 
 #: weight of each state: the node takes the weightiest of its findings'
 RANK: dict[str, int] = {
@@ -26,6 +31,11 @@ RANK: dict[str, int] = {
 }
 #: the rungs that change the node
 RUNGS = ("reboot", "replace")
+#: what a reboot clears besides a finding that asks for one (runbook § F, "Step 2: reboot": transient faults, a
+#: hung driver, a pending row remap, a device count that dropped once): the accelerator sections. A reboot keeps
+#: the instance and its volumes (a full disk stays full) and the configuration (a service that failed to start
+#: fails again); a workload's fault comes back with the workload.
+REBOOT_CLEARS = frozenset({"G", "G.1", "G.1.a", "G.2"})
 
 
 def state_of(finding: Finding) -> VerdictState:
@@ -41,6 +51,56 @@ def state_of(finding: Finding) -> VerdictState:
     if finding.tag is Tag.FAIL or finding.priority in (Priority.P0, Priority.P1):
         return "investigate"
     return "watch"
+
+
+def fixed_by(state: str, finding: Finding) -> bool:
+    """Whether the rung ``state`` clears this problem of its node by itself.
+
+    A replacement is a new instance with new volumes: it clears every fault of the node but the workload's. A
+    reboot clears what asks for a reboot and the transient accelerator faults (:data:`REBOOT_CLEARS`). The other
+    states change nothing on the node; fixing the workload clears the workload's findings."""
+    own = state_of(finding)
+    if own in ("unknown", "healthy"):
+        return False  # could not look, or no problem: nothing to clear
+    if state == "replace":
+        return own != "fix-workload"
+    if state == "reboot":
+        return own == "reboot" or (finding.section in REBOOT_CLEARS and own != "fix-workload")
+    if state == "fix-workload":
+        return own == "fix-workload"
+    return False
+
+
+def urgency(finding: Finding) -> tuple[int, int, int]:
+    """How urgent a problem is, most urgent first when sorted: its priority, then FAIL before WARN."""
+    priority = {"P0": 0, "P1": 1, "P2": 2}.get(str(finding.priority), 3)
+    return (priority, finding.tag is not Tag.FAIL, finding.tag is Tag.UNKNOWN)
+
+
+def _problem(finding: Finding, cleared: set[str]) -> NodeProblem:
+    return NodeProblem(
+        check=finding.check,
+        tag=finding.tag,
+        priority=finding.priority,
+        message=finding.message,
+        section=finding.section,
+        fixed_by_rung=reference(finding) in cleared,
+    )
+
+
+def _cleared(state: str, deciding: Finding | None, problems: list[Finding]) -> set[str]:
+    """References of the problems the rung clears, with those they explain (the effect goes with its cause)."""
+    cleared = {reference(f) for f in problems if fixed_by(state, f)}
+    if state in RUNGS and deciding is not None:
+        cleared.add(reference(deciding))
+    changed = True
+    while changed:
+        changed = False
+        for f in problems:
+            if f.caused_by in cleared and reference(f) not in cleared:
+                cleared.add(reference(f))
+                changed = True
+    return cleared
 
 
 def weight(finding: Finding) -> tuple[int, int, int]:
@@ -77,6 +137,11 @@ def node_verdicts(
             state = "hyperpod-acting"
         node = nodes.get(iid)
         problems = [f for f in ranked if f.is_problem]
+        # the finding the "why" line shows (HyperPod's own action shows none of the node's findings)
+        deciding = top if problems and state != "hyperpod-acting" else None
+        cleared = _cleared(state, deciding, problems)
+        others = sorted((f for f in problems if f is not deciding), key=urgency)
+        worst = min(problems, key=urgency) if problems else None
         command = _command_for(state, ranked)
         drain = _drain_for(state, ranked)
         out.append(
@@ -96,6 +161,11 @@ def node_verdicts(
                 hyperpod=hyperpod,
                 occupancy=occupancy.get(iid) if state in RUNGS else None,
                 likely_cause=top.caused_by if problems else None,
+                priority=deciding.priority if deciding else None,
+                worst=_problem(worst, cleared)
+                if worst is not None and deciding and urgency(worst) < urgency(deciding)
+                else None,
+                other_problems=[_problem(f, cleared) for f in others],
             )
         )
     out.sort(key=lambda v: (-RANK[v.verdict], v.instance_id))

@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hyperpod_debugger.domain.model import CheckStatus, Finding, Priority, SuggestedCommand, Tag, TriageReport
+from hyperpod_debugger.domain.model import (
+    CheckStatus,
+    Finding,
+    NodeProblem,
+    NodeVerdict,
+    Priority,
+    SuggestedCommand,
+    Tag,
+    TriageReport,
+)
 from hyperpod_debugger.domain.untrusted import map_strings, visible
 from hyperpod_debugger.remediation.rootcause import reference
 
@@ -149,11 +158,17 @@ def _render_short(report: TriageReport, colour: bool) -> str:
     ran = sum(1 for x in checks if x.status is CheckStatus.RAN)
     skipped = sum(1 for x in checks if x.status is CheckStatus.SKIPPED)
     unknown = [x.check for x in checks if x.status is CheckStatus.UNKNOWN]
+    # the counts are of what this report shows, so a P0 counted is a P0 on screen
+    on_screen = shown_in_short(report)
+    count = {p: sum(1 for f in on_screen if f.priority is p) for p in Priority}
+    left_out = sum(1 for f in report.findings if f.is_problem) - len(on_screen)
     s = report.summary
     out.append("")
     out.append(bold("== Summary =="))
     out.append(
-        f"P0 {s.P0} · P1 {s.P1} · P2 {s.P2} · passed {s.passed}; {ran} check(s) ran, {skipped} skipped"
+        f"P0 {count[Priority.P0]} · P1 {count[Priority.P1]} · P2 {count[Priority.P2]} · passed {s.passed}"
+        + (f" · {left_out} more problem(s) with --verbose" if left_out > 0 else "")
+        + f"; {ran} check(s) ran, {skipped} skipped"
         + (f", could not run: {', '.join(unknown)}" if unknown else "")
         + f"; {sum(report.coverage.api_calls.values())} AWS API call(s)"
     )
@@ -269,7 +284,9 @@ def _verdict_table(report: TriageReport, bold: Any, details: bool = True) -> lis
             why = v.why if len(v.why) <= 110 else v.why[:107] + "..."
             section = f" (§ {v.section})" if v.section else ""
             out.append(f"{_VERDICT_LABEL[v.verdict]:<15} {v.instance_id:<{width}}  {where}")
-            out.append(f"    why: {why}{section}")
+            priority = f"{v.priority} " if v.priority else ""
+            out.append(f"    why: {priority}{why}{section}")
+            out.extend(_hidden_nothing(v))
             if v.hyperpod and v.verdict != "hyperpod-acting":
                 out.append(f"    HyperPod: {v.hyperpod}")
             if v.likely_cause:
@@ -283,6 +300,65 @@ def _verdict_table(report: TriageReport, bold: Any, details: bool = True) -> lis
     healthy = len(verdicts) - len(acting)
     if healthy:
         out.append(f"healthy: {healthy} node(s) with no problem in what was read")
+    return out
+
+
+#: how the table names what a rung does not clear
+_RUNG_NAME = {"reboot": "a reboot", "replace": "a replacement"}
+_CLEARS_TOO = {
+    "reboot": "a reboot clears too",
+    "replace": "a replacement clears too",
+    "fix-workload": "fixing the workload clears too",
+}
+
+
+def _problem_line(p: NodeProblem) -> str:
+    text = f"[{p.tag.value}] {p.priority.value + ' ' if p.priority else ''}{p.message}"
+    text = text if len(text) <= 120 else text[:117] + "..."
+    return text + (f" (§ {p.section})" if p.section else "")
+
+
+def _hidden_nothing(v: NodeVerdict) -> list[str]:
+    """Under a verdict: the node's worst problem when the deciding finding is not it, every problem the rung
+    does not clear (each needs its own step), then those it clears too. No problem of the node is left out."""
+    out: list[str] = []
+    rung = _RUNG_NAME.get(v.verdict)
+    worst = v.worst
+    if worst is not None:
+        tail = "" if worst.fixed_by_rung or rung is None else f"; {rung} does not fix it"
+        out.append(f"    worst: {_problem_line(worst)}{tail}")
+    listed = [p for p in v.other_problems if worst is None or p != worst]
+    open_ = [p for p in listed if not p.fixed_by_rung]
+    cleared = [p for p in listed if p.fixed_by_rung]
+    if open_:
+        if rung is None:
+            heading = "also on this node:"
+        else:
+            heading = f"{rung} does not fix{' these either' if worst is not None and not worst.fixed_by_rung else ''}:"
+        out.append(f"    {heading}")
+        out.extend(f"      {_problem_line(p)}" for p in open_)
+    if cleared:
+        out.append(f"    {_CLEARS_TOO.get(v.verdict, 'cleared with it')}:")
+        out.extend(f"      {_problem_line(p)}" for p in cleared)
+    return out
+
+
+def shown_in_short(report: TriageReport) -> list[Finding]:
+    """The problem findings the short report puts on screen: every node's (under its verdict), the cluster-level
+    ones, and those a shown cluster-level problem explains (its "explains:" lines)."""
+    on_nodes = {v.instance_id for v in report.node_verdicts if v.verdict != "healthy"}
+    cluster = [f for f in report.findings if f.is_problem and not f.instance_id]
+    causes = {reference(f) for f in cluster}
+    shown_causes = {reference(f) for f in cluster if f.caused_by not in causes}
+    out: list[Finding] = []
+    for f in report.findings:
+        if not f.is_problem:
+            continue
+        if f.instance_id and f.check != "ladder.batch":
+            if f.instance_id in on_nodes:
+                out.append(f)
+        elif not f.instance_id and (f.caused_by not in causes or f.caused_by in shown_causes):
+            out.append(f)
     return out
 
 

@@ -46,6 +46,13 @@ _MISSING_WORDS = frozenset(
     }
 )
 _NUMBER = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*(?:[A-Za-z%/()]+\s*)*$")
+#: a person's note after a value (``Yes <===``, ``2   <-- this one``, ``No # note``, ``0 (after reset)``): what
+#: follows the value starts with a mark no nvidia-smi value carries, so the value before it stands as printed
+_NOTE_MARK = r"(?:<|#|←|=|\*|-{2,}|\(|!|//|\^)"
+_ANNOTATED_NUMBER = re.compile(rf"^([-+]?\d+(?:\.\d+)?)(?:[ \t]*[A-Za-z%/]+(?:\([a-z]\))?)?[ \t]+{_NOTE_MARK}")
+_ANNOTATED_WORD = re.compile(
+    rf"^(not active|active|yes|no|enabled|disabled|true|false|on|off)[ \t]+{_NOTE_MARK}", re.IGNORECASE
+)
 _TRUE_WORDS = frozenset({"active", "yes", "enabled", "true", "on"})
 _FALSE_WORDS = frozenset({"not active", "no", "disabled", "false", "off", "inactive"})
 
@@ -74,7 +81,8 @@ def number(value: str | None) -> float | None:
     except ValueError:
         if is_missing(value):
             return None
-        match = _NUMBER.match(value.strip())
+        text = value.strip()
+        match = _NUMBER.match(text) or _ANNOTATED_NUMBER.match(text)
         return float(match.group(1)) if match else None
     return result if math.isfinite(result) else None
 
@@ -114,7 +122,18 @@ def flag(value: str | None) -> bool | None:
     count = number(text)
     if count is not None:
         return count > 0
+    word = _ANNOTATED_WORD.match(text)
+    if word is not None:
+        return word.group(1) in _TRUE_WORDS
     return None
+
+
+def unreadable(value: str | None, kind: str = "flag") -> bool:
+    """A value was printed (not ``[N/A]`` or empty) but its meaning is not certain: ``Yes this one``,
+    ``maybe``. The checks say so (UNKNOWN), never read it as clear."""
+    if value is None or is_missing(value):
+        return False
+    return (flag(value) if kind == "flag" else number(value)) is None
 
 
 _BUS_ID = re.compile(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])")
@@ -290,10 +309,23 @@ def _header_columns(line: str) -> tuple[str, ...] | None:
     return tuple(normalize_column(f) for f in fields) if _looks_like_header(fields) else None
 
 
+_QUERY_OPTION = re.compile(r"--query-[a-z-]+=([A-Za-z0-9_.,]+)")
+
+
+def _command_columns(line: str) -> tuple[str, ...] | None:
+    """A pasted command line (``$ nvidia-smi --query-remapped-rows=a,b --format=csv``): its field list, or
+    () when the line is a command without one; None when the line is not a command."""
+    if "nvidia-smi" not in line or "," in line.split("nvidia-smi", 1)[0]:
+        return None
+    fields = _QUERY_OPTION.search(line)
+    return tuple(normalize_column(f) for f in fields.group(1).split(",") if f) if fields else ()
+
+
 def parse_csv(text: str, default_columns: tuple[str, ...] = ()) -> CsvTable:
     """Rows of a ``--format=csv`` answer keyed by normalised column names.
 
-    Without a header line the contract's ``default_columns`` are used (``--format=csv,noheader``)."""
+    Without a header line the fields of a pasted command line (``$ nvidia-smi --query-…=a,b …``) are the
+    columns, else the contract's ``default_columns`` (``--format=csv,noheader``)."""
     text, truncated = _strip_marker(text or "")
     header: str | None = None
     columns: tuple[str, ...] = ()
@@ -304,10 +336,16 @@ def parse_csv(text: str, default_columns: tuple[str, ...] = ()) -> CsvTable:
     last_content = max((i for i, line in enumerate(lines) if line), default=-1) if truncated else -1
     may_hold_messages = any(hint in text for hint in _MESSAGE_HINTS)
     for number_, line in enumerate(lines):
-        if not line or line.startswith("#"):
+        if not line:
             continue
         if may_hold_messages and _SMI_MESSAGE.search(line):
             messages.append(line)
+            continue
+        if not rows and (asked := _command_columns(line)) is not None:
+            if asked and not columns:
+                default_columns = asked  # the command says which fields follow, in which order
+            continue
+        if line.startswith("#"):
             continue
         if not columns:
             found = _header_columns(line)
@@ -468,8 +506,41 @@ def _read_sections(text: str, begin: int, stop: int, indent: str, entries: list[
         if text[name_end : name_end + 1] not in _SECTION_FOLLOWERS:
             continue
         end = _section_end(level).search(text, name_end, stop)
-        _parse_section(text[start + 1 : end.start() if end else stop], entries)
+        block_end = end.start() if end else stop
+        if "\n" not in text[name_end:block_end].rstrip() and not text[name_end:block_end].strip(" \t:"):
+            # a bare section title with nothing indented under it: a paste that lost its indentation
+            # (chat, e-mail, some Markdown renderings) keeps its lines flush, read by position instead
+            _parse_flat_section(name, text[block_end:stop], entries)
+        else:
+            _parse_section(text[start + 1 : block_end], entries)
         sections.add(name.lower())
+
+
+_FLAT_TITLE = re.compile(r"^[A-Za-z][A-Za-z0-9 /()-]{0,40}$")
+_SECTION_NAMES = frozenset(name.lower() for name in _Q_SECTIONS)
+
+
+def _parse_flat_section(name: str, rest: str, entries: list[QEntry]) -> None:
+    """The lines after a bare section title, all at one indentation: ``Key : value`` lines belong to the
+    section (or to the last bare sub-title, ``Volatile``/``Aggregate``), until a blank line, the next
+    section title or a line that is neither."""
+    section = name.lower()
+    sub: str | None = None
+    for raw in rest.splitlines()[1:] if rest.startswith("\n") else rest.splitlines():
+        stripped = raw.strip()
+        if not stripped:
+            break
+        key, sep, value = stripped.partition(":")
+        key = key.rstrip().lower()
+        if not sep:
+            if key in _SECTION_NAMES or not _FLAT_TITLE.match(stripped) or _Q_GPU.match(stripped):
+                break
+            sub = key
+            continue
+        if key in _SECTION_NAMES:
+            break
+        path = (section, sub, key) if sub else (section, key)
+        entries.append(QEntry(path, value.strip(), stripped))
 
 
 def parse_q(text: str) -> QReport:
@@ -606,6 +677,32 @@ def q_retired_pages(gpu: QGpu) -> dict[str, Reading]:
         if value is not None and name not in found:
             found[name] = Reading(value, entry.line)
     return found
+
+
+def q_unreadable(gpu: QGpu) -> dict[str, tuple[str, ...]]:
+    """The lines of the remapping and page-retirement fields that were printed but cannot be read with
+    certainty (``Pending : Yes this one``), by section: ``remapped rows`` and ``retired pages``."""
+    out: dict[str, tuple[str, ...]] = {}
+    remap = tuple(
+        e.line
+        for e in gpu.under("remapped rows")
+        if len(e.path) == 2
+        and e.path[1] in _REMAP_KEYS
+        and unreadable(e.value, "number" if e.path[1].endswith("error") else "flag")
+    )
+    retired = tuple(
+        e.line
+        for e in gpu.under("retired pages")
+        if e.path[-1].startswith(("single bit", "double bit", "pending"))
+        and unreadable(e.value, "flag" if e.path[-1].startswith("pending") else "number")
+    )
+    for section, lines in (("remapped rows", remap), ("retired pages", retired)):
+        if lines:
+            out[section] = lines
+    return out
+
+
+_REMAP_KEYS = ("correctable error", "uncorrectable error", "pending", "remapping failure occurred")
 
 
 def q_remapped_rows(gpu: QGpu) -> dict[str, Reading]:

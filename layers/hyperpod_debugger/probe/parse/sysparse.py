@@ -353,6 +353,7 @@ def parse_findmnt(text: str) -> Mounts:
 
 @dataclass(frozen=True, slots=True)
 class FreeMem:
+    #: bytes when ``unit`` is known; else the numbers as printed (their ratio still holds)
     total: int | None = None
     available: int | None = None
     free: int | None = None
@@ -360,21 +361,108 @@ class FreeMem:
     swap_free: int | None = None
     mem_line: str | None = None
     swap_line: str | None = None
+    #: how the numbers were scaled: ``"bytes (free -b)"``, ``"MiB (free -m)"``, ``"sizes printed with units
+    #: (free -h)"``…; None when neither the command nor the numbers say (a bare table pasted alone)
+    unit: str | None = None
+
+    def size(self, value: int | None) -> str:
+        """``value`` for a message: a human size when the unit is known, else the number as printed."""
+        if self.unit is None:
+            return "?" if value is None else str(value)
+        return human(value)
 
 
-def parse_free(text: str) -> FreeMem:
+#: free(1) (procps-ng): the unit options and what one printed unit is worth
+_FREE_UNITS = {
+    "b": ("bytes", 1),
+    "bytes": ("bytes", 1),
+    "k": ("KiB", 1024),
+    "kibi": ("KiB", 1024),
+    "m": ("MiB", 1024**2),
+    "mebi": ("MiB", 1024**2),
+    "g": ("GiB", 1024**3),
+    "gibi": ("GiB", 1024**3),
+    "tebi": ("TiB", 1024**4),
+    "pebi": ("PiB", 1024**5),
+    "kilo": ("kB", 1000),
+    "mega": ("MB", 1000**2),
+    "giga": ("GB", 1000**3),
+    "tera": ("TB", 1000**4),
+    "peta": ("PB", 1000**5),
+    "h": ("human", 0),
+    "human": ("human", 0),
+}
+#: ``$ free -m``, ``[root@x ~]# free -hwt``, ``… && free -h``: a command line pasted with the table
+_FREE_COMMAND_RE = re.compile(r"(?:^|[\s;&|$#>])free((?:\s+-{1,2}[A-Za-z][A-Za-z-]*(?:[= ]\d+)?)*)\s*$")
+
+
+def free_unit(command: str | None) -> tuple[str, int, bool] | None:
+    """The unit a ``free`` command line prints in: (name, bytes per printed unit — 0 for ``-h``, whose values
+    carry their own suffix —, powers of 1000 for suffixes); None when ``command`` is not a free command.
+    Plain ``free`` prints KiB (free(1): "-k, --kibi ... This is the default")."""
+    if not command:
+        return None
+    match = _FREE_COMMAND_RE.search(command.strip())
+    if match is None:
+        return None
+    name, factor, si = "KiB", 1024, False
+    for option in match.group(1).split():
+        if option.startswith("--"):
+            word = option[2:].split("=", 1)[0]
+            if word == "si":
+                si = True
+            elif word in _FREE_UNITS:
+                name, factor = _FREE_UNITS[word]
+            continue
+        if not option.startswith("-"):
+            continue
+        for letter in option[1:]:
+            if letter in "bkmgh":
+                name, factor = _FREE_UNITS[letter]
+    if si and factor not in (0, 1):
+        name, factor = {1024: ("kB", 1000), 1024**2: ("MB", 1000**2), 1024**3: ("GB", 1000**3)}.get(
+            factor, (name, factor)
+        )
+    return name, factor, si
+
+
+def _free_size(token: str, factor: int, si: bool) -> int | None:
+    match = _SIZE_RE.match(token.strip())
+    if not match:
+        return None
+    if match["unit"] and si and not match["iec"]:
+        return int(float(match["num"].replace(",", ".")) * 1000 ** "KMGTPE".index(match["unit"].upper()) * 1000)
+    return parse_size(token, factor or 1)
+
+
+def parse_free(text: str, command: str | None = None) -> FreeMem:
+    """``free`` in any unit: the unit comes from the command line (``command``, else one pasted in the
+    text), or from the sizes' own suffixes (``-h``: ``15Gi``, ``3.5G``, ``0B``). With none of these the
+    numbers are kept as printed and ``unit`` is None."""
     columns: list[str] = []
     values: dict[str, int | None] = {}
     swap: dict[str, int | None] = {}
     mem_line = swap_line = None
+    told = free_unit(command)
+    suffixed = plain = False
     for line in _lines(text):
         tokens = line.split()
         head = tokens[0].lower()
+        if told is None and head not in ("mem:", "swap:", "total:", "-/+"):
+            told = free_unit(line)
+            if told is not None:
+                continue
         if not head.endswith(":") and "total" in (t.lower() for t in tokens):
             columns = [t.lower() for t in tokens]
             continue
         if head in ("mem:", "swap:") and columns:
-            row = {col: parse_size(tok) for col, tok in zip(columns, tokens[1:], strict=False)}
+            _, factor, si = told or ("", 1, False)
+            row = {col: _free_size(tok, factor, si) for col, tok in zip(columns, tokens[1:], strict=False)}
+            for tok in tokens[1:]:
+                if tok[-1:].isalpha():
+                    suffixed = True
+                elif tok[:1].isdigit():
+                    plain = True
             if head == "mem:":
                 values, mem_line = row, line
             else:
@@ -388,6 +476,12 @@ def parse_free(text: str) -> FreeMem:
                 estimate = sum(v for v in parts if v is not None) - (values.get("shared") or 0)
                 values = {**values, "available": max(estimate, 0)}
                 mem_line = f"{mem_line} | {line.strip()} (available estimated: free + buffers + cached - shared)"
+    if told is not None:
+        unit: str | None = "sizes printed with units (free -h)" if told[1] == 0 else told[0]
+    elif suffixed and not plain:
+        unit = "sizes printed with units (free -h)"
+    else:
+        unit = None
     return FreeMem(
         total=values.get("total"),
         available=values.get("available"),
@@ -396,6 +490,7 @@ def parse_free(text: str) -> FreeMem:
         swap_free=swap.get("free"),
         mem_line=mem_line,
         swap_line=swap_line,
+        unit=unit,
     )
 
 
@@ -529,6 +624,11 @@ def parse_lsblk(text: str) -> tuple[BlockDevice, ...]:
 _CHRONY_RE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z ()]*?)\s*:\s*(?P<value>.*?)\s*$")
 _OFFSET_RE = re.compile(r"^(?P<num>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s+seconds\s+(?P<dir>fast|slow)", re.I)
 _REFID_RE = re.compile(r"^(?P<id>[0-9A-Fa-f]{8})\s*(?:\((?P<name>[^)]*)\))?")
+#: chrony before 3.0 printed the reference ID as a dotted quad: ``Reference ID : 127.127.1.1 ()``
+_REFID_DOTTED_RE = re.compile(r"^(?P<ip>\d{1,3}(?:\.\d{1,3}){3})\s*(?:\((?P<name>[^)]*)\))?")
+#: the reference ID chronyd reports while its ``local`` directive serves the node's own clock
+#: (127.127.1.1, chronyc(1) "tracking"); ``LOCL`` is the ID ntpd's local-clock driver uses
+LOCAL_REFIDS = frozenset({"7F7F0101", "4C4F434C"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,6 +652,11 @@ class ChronyTracking:
     @property
     def no_source(self) -> bool:
         return self.ref_id == "00000000" or self.stratum == 0
+
+    @property
+    def local_clock(self) -> bool:
+        """chronyd follows only the node's own clock (``local`` mode): no external source, whatever the offset."""
+        return self.ref_id in LOCAL_REFIDS or (self.ref_name or "").strip().upper() == "LOCL"
 
     @property
     def readable(self) -> bool:
@@ -578,8 +683,12 @@ def parse_chronyc_tracking(text: str) -> ChronyTracking:
         offset = float(match["num"]) * (1 if match["dir"].lower() == "fast" else -1)
     ref_id = ref_name = None
     match = _REFID_RE.match(values.get("reference id", ""))
+    dotted = _REFID_DOTTED_RE.match(values.get("reference id", ""))
     if match:
         ref_id, ref_name = match["id"].upper(), match["name"]
+    elif dotted and all(int(part) < 256 for part in dotted["ip"].split(".")):
+        ref_id = "".join(f"{int(part):02X}" for part in dotted["ip"].split("."))
+        ref_name = dotted["name"]
     stratum_text = values.get("stratum", "")
     return ChronyTracking(
         ref_id=ref_id,
