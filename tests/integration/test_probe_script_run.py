@@ -28,7 +28,7 @@ SCRIPT = ROOT / "layers" / "hyperpod_debugger" / "probe" / "probe.sh"
 CONTRACT = ROOT / "references" / "probe.md"
 MAX_DOC_BYTES = 256 * 1024
 #: size limits in probe.sh (bytes of JSON text) the tests below lean on
-Q_CAP, KLOG_CAP, MEMINFO_CAP, ERR_CAP = 40960, 36864, 4096, 512
+Q_CAP, KLOG_CAP, MEMINFO_CAP, ERR_CAP = 38912, 36864, 4096, 512
 ITEM_KEYS = {"command", "exit_code", "stdout", "stderr", "truncated"}
 #: the probe appends these after the caller's PATH
 EXTRA_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/amazon/efa/bin:/opt/aws/neuron/bin"
@@ -55,6 +55,7 @@ ITEM_TOOL = {
     "timedatectl": "timedatectl",
     "systemctl_is_active": "systemctl",
     "lsblk": "lsblk",
+    "software_versions": "uname",
 }
 FAKED_TOOLS = sorted(set(ITEM_TOOL.values()) - {"chronyc"} | {"dmesg"})
 

@@ -17,7 +17,7 @@ CONTRACT = ROOT / "references" / "probe.md"
 #: tools whose every invocation must be ``timeout -k <s> <s> TOOL`` (probed tools and pipeline helpers)
 TIMED_TOOLS = (
     "cat nvidia-smi dcgmi journalctl dmesg neuron-ls fi_info ls df findmnt free chronyc timedatectl systemctl lsblk"
-    " grep tail tr awk sed sort head sleep"
+    " grep tail tr awk sed sort head sleep uname"
 ).split()
 
 #: the argument lists allowed after each probed tool (full match; ``\S+`` is a variable's value)
@@ -33,7 +33,7 @@ ALLOWED_ARGS = {
     "journalctl": [r"-k -b \S+ -o \S+ --no-pager"],
     "dmesg": [r"", r"--time-format=iso"],
     "neuron-ls": [r"", r"--json-output"],
-    "fi_info": [r"-p efa -t FI_EP_RDM"],
+    "fi_info": [r"-p efa -t FI_EP_RDM", r"--version"],
     "ls": [r"-1 \S+"],
     "df": [r"-P -k", r"-P -i"],
     "findmnt": [r"-J -o TARGET,SOURCE,FSTYPE,SIZE"],
@@ -42,7 +42,9 @@ ALLOWED_ARGS = {
     "timedatectl": [r"show", r"status"],
     "systemctl": [r"is-active \S+"],
     "lsblk": [r"-J -b -o NAME,TYPE,SIZE,MODEL,MOUNTPOINT"],
-    "grep": [r"-aE \S+"],
+    "grep": [r"-aE \S+", r"-aoE -m1 \S+ \S+"],
+    "head": [r"-n \d+ \S+"],
+    "uname": [r"-r"],
     "tail": [r"-n \S+"],
     "awk": [r".*"],  # the programs are checked separately (no system(), no print redirection)
 }
@@ -246,7 +248,7 @@ def test_script_header_says_what_it_is():
 def test_items_match_the_contract_in_order():
     text = SCRIPT.read_text()
     ids = contract_ids()
-    assert len(ids) == 21 and len(set(ids)) == len(ids)
+    assert len(ids) == 22 and len(set(ids)) == len(ids)
     assert re.findall(r"^\s*_emit '([a-z0-9_]+)' ", text, flags=re.M) == ids
     listed = re.search(r"^ITEM_IDS='([^']*)'", text, flags=re.M)
     assert listed is not None and listed.group(1).split() == ids

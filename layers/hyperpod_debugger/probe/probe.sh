@@ -71,6 +71,8 @@ GPU_FIELDS_MIN='index,pci.bus_id,name,uuid,temperature.gpu,ecc.errors.uncorrecte
 GPU_FIELDS_MIN="$GPU_FIELDS_MIN"',ecc.errors.uncorrected.aggregate.total'
 REMAP_FIELDS='gpu_bus_id,gpu_uuid,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending'
 REMAP_FIELDS="$REMAP_FIELDS"',remapped_rows.failure'
+# software_versions: the aws-ofi-nccl version string its library carries (the plugin logs it at start)
+OFIPAT='aws-ofi-nccl [0-9]+[.][0-9]+[.][0-9]+[-.a-z0-9]*'
 UNITS=(amazon-ssm-agent snap.amazon-ssm-agent.amazon-ssm-agent containerd kubelet slurmd slurmctld munge
   nvidia-dcgm dcgm nvidia-fabricmanager)
 
@@ -372,6 +374,61 @@ _chronyc__tracking() { timeout -k 2 "$_T" chronyc tracking; }
 _timedatectl__show() { timeout -k 2 "$_T" timedatectl show; }
 _timedatectl__status() { timeout -k 2 "$_T" timedatectl status; }
 _lsblk__json() { timeout -k 2 "$_T" lsblk -J -b -o NAME,TYPE,SIZE,MODEL,MOUNTPOINT; }
+# software_versions (§ E): the versions the node runs, one "== <part>" header line per part, then what was read.
+# Files are only read, tools only asked their version; each read has its own timeout of at most 2 s and none
+# starts after the item's time (_T) is spent, so the item stays within it. An empty part: nothing found there.
+VEND=0
+ST=2
+_vleft() {
+  ST=$((VEND - SECONDS))
+  if ((2 < ST)); then ST=2; fi
+  ((0 < ST))
+}
+_uname__versions() {
+  local f
+  VEND=$((SECONDS + _T))
+  printf '== kernel\n'
+  if _vleft; then timeout -k 1 "$ST" uname -r; fi
+  printf '== nvidia_driver\n'
+  if [[ -r /proc/driver/nvidia/version ]] && _vleft; then timeout -k 1 "$ST" head -n 1 /proc/driver/nvidia/version; fi
+  printf '== cuda\n'
+  for f in /usr/local/cuda/version.json /usr/local/cuda/version.txt; do
+    if [[ -r $f ]] && _vleft; then
+      printf 'file %s\n' "$f"
+      timeout -k 1 "$ST" head -n 8 "$f"
+      break
+    fi
+  done
+  printf '== efa_installer\n'
+  if [[ -r /opt/amazon/efa_installed_packages ]] && _vleft; then
+    timeout -k 1 "$ST" head -n 3 /opt/amazon/efa_installed_packages
+  fi
+  printf '== libfabric\n'
+  f=fi_info
+  if command -v "$f" 1>/dev/null 2>&1 && _vleft; then timeout -k 1 "$ST" fi_info --version; fi
+  printf '== aws_ofi_nccl\n'
+  for f in /opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so /opt/amazon/ofi-nccl/lib/libnccl-net.so \
+    /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net.so /opt/amazon/ofi-nccl/lib64/libnccl-net.so \
+    /opt/aws-ofi-nccl/lib/libnccl-net.so; do
+    if [[ -r $f ]]; then
+      printf 'path %s\n' "$f"
+      if _vleft; then timeout -k 1 "$ST" grep -aoE -m1 "$OFIPAT" "$f"; fi
+      break
+    fi
+  done
+  printf '== nccl\n'
+  for f in /usr/local/cuda/lib/libnccl.so.2.* /usr/local/cuda/lib64/libnccl.so.2.* /usr/lib/x86_64-linux-gnu/libnccl.so.2.* \
+    /usr/lib64/libnccl.so.2.* /opt/nccl/build/lib/libnccl.so.2.*; do
+    if [[ -e $f ]]; then printf '%s\n' "$f"; fi
+  done
+  printf '== neuron_driver\n'
+  if [[ -r /sys/module/neuron/version ]] && _vleft; then timeout -k 1 "$ST" cat /sys/module/neuron/version; fi
+  printf '== neuron_runtime\n'
+  for f in /opt/aws/neuron/lib/libnrt.so.*; do
+    if [[ -e $f ]]; then printf '%s\n' "$f"; fi
+  done
+  return 0
+}
 # journalctl -k -b BOOT -o FORMAT, filtered, last LINES lines; the status is journalctl's.
 _journalctl__kernel() {
   timeout -k 2 "$_T" journalctl -k -b "$1" -o "$2" --no-pager \
@@ -411,7 +468,7 @@ _items() {
   done
   _emit 'nvidia_smi_query_gpu' "nvidia-smi --query-gpu=$q --format=csv"
 
-  _run 10 first 40960 512 _nvidia-smi__q
+  _run 10 first 38912 512 _nvidia-smi__q
   _emit 'nvidia_smi_q' "nvidia-smi -q"
 
   _run 8 first 4096 512 _nvidia-smi__remapped_rows
@@ -505,12 +562,15 @@ _items() {
 
   _run 5 first 8192 512 _lsblk__json
   _emit 'lsblk' "lsblk -J -b -o NAME,TYPE,SIZE,MODEL,MOUNTPOINT"
+
+  _run 8 first 1024 512 _uname__versions
+  _emit 'software_versions' "uname -r; head -n 1 /proc/driver/nvidia/version; head -n 8 /usr/local/cuda/version.json; head -n 3 /opt/amazon/efa_installed_packages; fi_info --version; grep -aoE -m1 '$OFIPAT' <aws-ofi-nccl library>; libnccl.so.2.* names; cat /sys/module/neuron/version; libnrt.so.* names"
 }
 
 # Every item, not run, with one reason (this node lacks a tool the probe itself needs). Same ids and order.
 ITEM_IDS='uptime nvidia_smi_query_gpu nvidia_smi_q nvidia_smi_remapped_rows nvidia_smi_nvlink_status dcgmi_health
   kernel_log kernel_log_previous_boot neuron_ls fi_info_efa efa_devices efa_module df df_inodes findmnt free meminfo
-  chronyc_tracking timedatectl systemctl_is_active lsblk'
+  chronyc_tracking timedatectl systemctl_is_active lsblk software_versions'
 _items_not_run() {
   local id
   for id in $ITEM_IDS; do
