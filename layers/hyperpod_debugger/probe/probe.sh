@@ -376,43 +376,48 @@ _timedatectl__status() { timeout -k 2 "$_T" timedatectl status; }
 _lsblk__json() { timeout -k 2 "$_T" lsblk -J -b -o NAME,TYPE,SIZE,MODEL,MOUNTPOINT; }
 # software_versions (§ E): the versions the node runs, one "== <part>" header line per part, then what was read.
 # Files are only read, tools only asked their version; each read has its own timeout of at most 2 s and none
-# starts after the item's time (_T) is spent, so the item stays within it. An empty part: nothing found there.
+# starts after the item's time (_T) is spent, so the item stays within it. An empty part: nothing found there;
+# "(not read: ...)": something was there but could not be read (a read that failed, timed out or never started).
 VEND=0
 ST=2
 _vleft() {
   ST=$((VEND - SECONDS))
   if ((2 < ST)); then ST=2; fi
-  ((0 < ST))
+  if ((0 < ST)); then return 0; fi
+  printf '(not read: the item time was spent)\n'
+  return 1
 }
 _uname__versions() {
   local f
   VEND=$((SECONDS + _T))
   printf '== kernel\n'
-  if _vleft; then timeout -k 1 "$ST" uname -r; fi
+  if _vleft; then timeout -k 1 "$ST" uname -r || printf '(not read: exit %s)\n' "$?"; fi
   printf '== nvidia_driver\n'
-  if [[ -r /proc/driver/nvidia/version ]] && _vleft; then timeout -k 1 "$ST" head -n 1 /proc/driver/nvidia/version; fi
+  f=/proc/driver/nvidia/version
+  if [[ -e $f ]] && _vleft; then timeout -k 1 "$ST" head -n 1 "$f" || printf '(not read: exit %s)\n' "$?"; fi
   printf '== cuda\n'
   for f in /usr/local/cuda/version.json /usr/local/cuda/version.txt; do
-    if [[ -r $f ]] && _vleft; then
+    if [[ -e $f ]]; then
       printf 'file %s\n' "$f"
-      timeout -k 1 "$ST" head -n 8 "$f"
+      if _vleft; then timeout -k 1 "$ST" head -n 8 "$f" || printf '(not read: exit %s)\n' "$?"; fi
       break
     fi
   done
   printf '== efa_installer\n'
-  if [[ -r /opt/amazon/efa_installed_packages ]] && _vleft; then
-    timeout -k 1 "$ST" head -n 3 /opt/amazon/efa_installed_packages
-  fi
+  f=/opt/amazon/efa_installed_packages
+  if [[ -e $f ]] && _vleft; then timeout -k 1 "$ST" head -n 3 "$f" || printf '(not read: exit %s)\n' "$?"; fi
   printf '== libfabric\n'
   f=fi_info
-  if command -v "$f" 1>/dev/null 2>&1 && _vleft; then timeout -k 1 "$ST" fi_info --version; fi
+  if command -v "$f" 1>/dev/null 2>&1 && _vleft; then
+    timeout -k 1 "$ST" fi_info --version || printf '(not read: exit %s)\n' "$?"
+  fi
   printf '== aws_ofi_nccl\n'
   for f in /opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so /opt/amazon/ofi-nccl/lib/libnccl-net.so \
     /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net.so /opt/amazon/ofi-nccl/lib64/libnccl-net.so \
     /opt/aws-ofi-nccl/lib/libnccl-net.so; do
-    if [[ -r $f ]]; then
+    if [[ -e $f ]]; then
       printf 'path %s\n' "$f"
-      if _vleft; then timeout -k 1 "$ST" grep -aoE -m1 "$OFIPAT" "$f"; fi
+      if _vleft; then timeout -k 1 "$ST" grep -aoE -m1 "$OFIPAT" "$f" || printf '(not read: exit %s)\n' "$?"; fi
       break
     fi
   done
@@ -422,13 +427,15 @@ _uname__versions() {
     if [[ -e $f ]]; then printf '%s\n' "$f"; fi
   done
   printf '== neuron_driver\n'
-  if [[ -r /sys/module/neuron/version ]] && _vleft; then timeout -k 1 "$ST" cat /sys/module/neuron/version; fi
+  f=/sys/module/neuron/version
+  if [[ -e $f ]] && _vleft; then timeout -k 1 "$ST" cat "$f" || printf '(not read: exit %s)\n' "$?"; fi
   printf '== neuron_runtime\n'
   for f in /opt/aws/neuron/lib/libnrt.so.*; do
     if [[ -e $f ]]; then printf '%s\n' "$f"; fi
   done
   return 0
 }
+
 # journalctl -k -b BOOT -o FORMAT, filtered, last LINES lines; the status is journalctl's.
 _journalctl__kernel() {
   timeout -k 2 "$_T" journalctl -k -b "$1" -o "$2" --no-pager \

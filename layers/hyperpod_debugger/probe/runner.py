@@ -18,6 +18,7 @@ from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments, 
 from hyperpod_debugger.aws.ssm_types import CommandResult, SessionError, TargetError, session_target
 from hyperpod_debugger.domain.model import CheckCoverage, CheckStatus, Finding
 from hyperpod_debugger.domain.observations import Cluster, ClusterNode
+from hyperpod_debugger.probe import consistency, versions
 from hyperpod_debugger.probe.base import ProbeContext
 from hyperpod_debugger.probe.delivery import probe_command
 from hyperpod_debugger.probe.fleet import NodeProbe, Runner, order_nodes, outcome_findings, probe_fleet
@@ -354,6 +355,13 @@ def probe_cluster(
             per_check[entry.check][entry.status.value] += 1
             if entry.reason and entry.check not in reasons:
                 reasons[entry.check] = entry.reason
+    # § E: the probed nodes' software compared per instance group (all documents of this run are here)
+    fleet_versions = [
+        consistency.NodeVersions(p.node.instance_id, p.node.group, versions.parse(p.doc)) for p in probes if p.doc
+    ]
+    group_sizes = Counter(n.group for n in nodes if n.status in PROBEABLE)
+    skew_findings, skew_coverage = consistency.compare(fleet_versions, cluster, group_sizes=dict(group_sizes))
+    findings.extend(skew_findings)
     outcomes = Counter(p.outcome for p in probes)
     summary = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "none started"
     if left and paced.yielded:
@@ -377,4 +385,5 @@ def probe_cluster(
         detail = ", ".join(f"{k} on {v}" for k, v in sorted(counts.items()))
         reason = detail if not reasons.get(check) else f"{detail}; e.g. {reasons[check]}"
         coverage.append(CheckCoverage(check=check, status=status, reason=reason))
+    coverage += skew_coverage
     return ProbeRun(findings, coverage, probes, paced)
