@@ -465,7 +465,7 @@ def run_probe_batch(req: ProbeBatchRequest, clients: AwsClients | None = None) -
         focus=(),
         suspects=[],
         controllers=set(req.controllers),
-        options=replace(req.probe_options, max_nodes=len(req.nodes), window=req.event_window),
+        options=replace(req.probe_options, max_nodes=len(req.nodes), window=req.event_window, batch=True),
     )
     findings = ladder.apply(
         probed.findings,

@@ -28,8 +28,20 @@ FAULTS = frozenset(
         "clock_unsynced",  # chrony not synchronised
         "slurmd_down",
         "containerd_down",
+        "old_driver",  # an older NVIDIA driver than its peers (a node left behind by a partial patch, § E)
     }
 )
+
+#: The software the simulated nodes run (§ E): one HyperPod AMI release, and the driver a node left behind runs.
+DRIVER, OLD_DRIVER = "550.127.05", "535.183.01"
+_SOFTWARE = {
+    "kernel": "5.15.0-1063-aws",
+    "cuda": "12.4.1",
+    "efa_installer": "1.43.1",
+    "libfabric": "2.1.0amzn3.0",
+    "aws_ofi_nccl": "1.15.0-aws",
+    "nccl": "2.23.4",
+}
 
 _GPU_HEADER = (
     "index, pci.bus_id, name, uuid, temperature.gpu, power.draw [W], clocks_event_reasons.active, "
@@ -167,6 +179,46 @@ def _services(orchestrator: str | None, faults: set[str], controller: bool, nvsw
     return "".join(f"{unit} {state}\n" for unit, state in states.items())
 
 
+def _software(gpus: int, efa_devices: int, faults: set[str]) -> str:
+    """The ``software_versions`` item as probe.sh prints it (its formats: references/probe.md)."""
+    s = _SOFTWARE
+    lines = ["== kernel", s["kernel"], "== nvidia_driver"]
+    if gpus:
+        driver = OLD_DRIVER if "old_driver" in faults else DRIVER
+        lines.append(
+            f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {driver}  Release Build  "
+            "(dvs-builder@U16-I3-B03-4-3)  Tue Oct  8 03:22:07 UTC 2024"
+        )
+    lines.append("== cuda")
+    if gpus:
+        lines += [
+            "file /usr/local/cuda/version.json",
+            "{",
+            '   "cuda" : {',
+            '      "name" : "CUDA SDK",',
+            f'      "version" : "{s["cuda"]}"',
+            "   },",
+        ]
+    lines.append("== efa_installer")
+    if efa_devices:
+        lines += [
+            f"# EFA installer version: {s['efa_installer']}",
+            "# Debug packages installed: no",
+            "# Packages installed:",
+        ]
+    lines.append("== libfabric")
+    if efa_devices:
+        lines += [f"fi_info: {s['libfabric']}", f"libfabric: {s['libfabric']}", "libfabric api: 2.1"]
+    lines.append("== aws_ofi_nccl")
+    if efa_devices and gpus:
+        lines += ["path /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net.so", f"aws-ofi-nccl {s['aws_ofi_nccl']}"]
+    lines.append("== nccl")
+    if gpus:
+        lines.append(f"/usr/local/cuda/lib/libnccl.so.{s['nccl']}")
+    lines += ["== neuron_driver", "== neuron_runtime"]
+    return "\n".join(lines) + "\n"
+
+
 def node_document(
     hostname: str,
     now: datetime,
@@ -194,6 +246,7 @@ def node_document(
         "HugePages_Total:       0\nHugePages_Free:        0\n",
         "kernel_log": _kernel(hostname, now, chosen, previous=False),
         "kernel_log_previous_boot": _kernel(hostname, now, chosen, previous=True),
+        "software_versions": _software(gpus, efa_devices, chosen),
     }
     if gpus:
         items["nvidia_smi_query_gpu"] = _gpu_csv(seen, gpu_model, chosen)

@@ -291,7 +291,7 @@ def seed_demo(clients: AwsClients, now: datetime) -> Demo:
 #: Running are not probed; the EKS "system" node is left out of the fake SSM service on purpose, so it
 #: shows how an unreachable node is reported (UNKNOWN, § K, never a hardware verdict).
 PROBE_FAULTS: dict[tuple[str, str, int], tuple[str, ...]] = {
-    (EKS_CLUSTER, "gpu-workers", 0): ("xid13", "oom_job"),
+    (EKS_CLUSTER, "gpu-workers", 0): ("xid13", "oom_job", "old_driver"),
     (EKS_CLUSTER, "gpu-workers", 1): ("xid79_twice", "gpu_missing"),
     (SLURM_CLUSTER, "controller-machine", 0): (),
     (SLURM_CLUSTER, "worker-group-1", 0): ("remap_pending", "root_full", "slurmd_down"),

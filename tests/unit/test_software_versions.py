@@ -297,3 +297,12 @@ def test_the_update_command_is_in_the_sagemaker_api_model():
         assert words[:2] == ["aws", "sagemaker"] and words[2] in ops
         flags = {w for w in words if w.startswith("--")} - {"--region"}
         assert flags <= ops[words[2]], (words[2], flags - ops[words[2]])
+
+
+def test_two_nodes_that_differ_have_no_majority():
+    [skew] = problems(compare(fleet(2, {0: {"driver": "535.183.01"}}), CLUSTER)[0])
+    assert skew.message == "1 of 2 nodes of gpu-workers run NVIDIA driver 535.183.01; 1 run 550.127.05"
+    assert skew.evidence[0] == "no majority: 550.127.05 is the newer"
+    [rest] = [f for f in compare(fleet(2, {0: {"driver": "535.183.01"}}), CLUSTER)[0] if f.tag is Tag.PASS]
+    assert rest.message.startswith("The 2 compared nodes of gpu-workers agree on the rest of their software: ")
+    assert "NVIDIA driver" not in rest.message and "NCCL 2.21.5" in rest.message

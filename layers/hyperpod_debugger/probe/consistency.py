@@ -93,18 +93,19 @@ def compare(
     cluster: Cluster,
     *,
     group_sizes: dict[str, int] | None = None,
+    partial: bool = False,
 ) -> tuple[list[Finding], list[CheckCoverage]]:
     """Per instance group: one FAIL P1 per skewed component, a PASS per group whose read nodes agree, one WARN
     P2 per component below its floor, an UNKNOWN where a group's versions could not be read on two nodes.
 
     ``group_sizes``: the Running nodes of each group in the cluster; when fewer were compared, the findings and
-    the coverage say so, and the coverage names the compared nodes (so a partial view resolves no stored skew)."""
+    the coverage say so, and the coverage names the compared nodes (so a partial view resolves no stored skew).
+    ``partial``: the nodes are a sample (a sweep batch) whatever the sizes say."""
     by_group: dict[str, list[NodeVersions]] = defaultdict(list)
     for node in nodes:
         by_group[node.group].append(node)
     findings: list[Finding] = []
     compared: list[str] = []
-    partial = False
     skews = 0
     for group in sorted(by_group):
         members = sorted(by_group[group], key=lambda n: n.instance_id)
@@ -139,6 +140,7 @@ def compare(
             )
             continue
         same: list[str] = []
+        group_skews = 0
         for component, label in COMPONENTS.items():
             values: dict[str, list[str]] = defaultdict(list)
             wheres: dict[str, str] = {}
@@ -161,6 +163,7 @@ def compare(
                     same.append(f"{label} {real[0]}")
                 continue
             skews += 1
+            group_skews += 1
             findings.append(_skew(cluster, group, component, label, values, wheres, unread + unread_all, scope))
         if same and len(readable) >= 2:
             evidence = [f"not read on {_ids(unread_all)}"] if unread_all else []
@@ -171,7 +174,9 @@ def compare(
                     tag=Tag.PASS,
                     check=CHECK_SKEW,
                     section=SECTION,
-                    message=f"The {len(readable)} compared nodes of {group} run the same software: " + ", ".join(same),
+                    message=f"The {len(readable)} compared nodes of {group} "
+                    + ("agree on the rest of their software: " if group_skews else "run the same software: ")
+                    + ", ".join(same),
                     cluster_arn=cluster.arn,
                     cluster_name=cluster.name,
                     instance_group=group,
@@ -222,8 +227,12 @@ def _skew(
     )
     if unread:
         message += f" ({len(unread)} not read)"
-    majority = max(values.items(), key=lambda kv: len(kv[1]))[0]
-    if majority == newest:
+    top = max(len(ids) for ids in values.values())
+    leaders = [v for v, ids in values.items() if len(ids) == top]
+    majority = leaders[0]
+    if len(leaders) > 1:
+        verdict = f"no majority: {newest} is the newer"
+    elif majority == newest:
         verdict = f"{newest} (the majority's) is the newer: the odd nodes are behind"
     else:
         verdict = f"{newest} is the newer, not the majority's {majority}: the odd nodes may be the updated ones"

@@ -196,6 +196,9 @@ class ProbeOptions:
     clock: PaceClock | None = field(default=None, compare=False)
     #: told how the run paced its StartSession calls once it ends (the probe batch logs it); None: nobody
     on_pace: Callable[[PaceReport], None] | None = field(default=None, compare=False)
+    #: the nodes given are one batch of the sweep's rotation, not the cluster's node list: the software comparison
+    #: (§ E) then says it saw part of each group, and resolves no stored skew
+    batch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,7 +363,12 @@ def probe_cluster(
         consistency.NodeVersions(p.node.instance_id, p.node.group, versions.parse(p.doc)) for p in probes if p.doc
     ]
     group_sizes = Counter(n.group for n in nodes if n.status in PROBEABLE)
-    skew_findings, skew_coverage = consistency.compare(fleet_versions, cluster, group_sizes=dict(group_sizes))
+    if options.batch:  # the batch knows its own nodes only: the group's size is HyperPod's count
+        for group in cluster.instance_groups:
+            group_sizes[group.name] = max(group_sizes[group.name], group.current_count or 0)
+    skew_findings, skew_coverage = consistency.compare(
+        fleet_versions, cluster, group_sizes=dict(group_sizes), partial=options.batch
+    )
     findings.extend(skew_findings)
     outcomes = Counter(p.outcome for p in probes)
     summary = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "none started"
