@@ -645,6 +645,20 @@ def _training_pod(index: int, node: str, *, running: bool) -> dict[str, Any]:
             "training.kubeflow.org/replica-index": str(index),
         },
     )
+    # the job asks for every EFA interface of a p5 and sets FI_PROVIDER, but not FI_EFA_USE_DEVICE_RDMA (§ E)
+    pod["spec"]["containers"][0].update(
+        {
+            "resources": {
+                "limits": {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"},
+                "requests": {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"},
+            },
+            "env": [
+                {"name": "FI_PROVIDER", "value": "efa"},
+                {"name": "NCCL_DEBUG", "value": "WARN"},
+                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            ],
+        }
+    )
     return pod
 
 

@@ -191,8 +191,22 @@ def test_pagination_follows_continue_tokens(fake, now):
     node_calls = [r for r in fake.requests if r.path == "/api/v1/nodes"]
     assert len(node_calls) == 3
     assert "continue" not in node_calls[0].query and all("continue" in r.query for r in node_calls[1:])
-    assert len([r for r in fake.requests if r.path.endswith("/pods")]) == 8
+    assert len([r for r in fake.requests if r.path == "/api/v1/namespaces/kube-system/pods"]) == 8
     assert len({n.name for n in obs.nodes.get()}) == 6  # no page read twice
+
+
+def test_the_pods_of_the_nodes_that_advertise_efa_are_read_node_by_node(fake, now):
+    # § E: the pods on the EFA nodes (their spec's EFA requests and environment), one selector-bound list per node
+    obs = collect_kubernetes(eks_for(fake), token_for(), now=now)
+    advertising = sorted(
+        n.name for n in obs.nodes.get() if (n.allocatable or {}).get("vpc.amazonaws.com/efa", "0") != "0"
+    )
+    assert advertising  # the recorded cluster has EFA nodes (and one that advertises 0)
+    assert list(obs.efa_pod_nodes) == advertising
+    reads = [r for r in fake.requests if r.path == "/api/v1/pods"]
+    assert [r.query.get("fieldSelector") for r in reads] == [[f"spec.nodeName={n}"] for n in advertising]
+    assert obs.efa_pods.available
+    assert {p.node_name for p in obs.efa_pods.get()} <= set(advertising)
 
 
 def test_event_window_drops_old_sandbox_events(fake, now):

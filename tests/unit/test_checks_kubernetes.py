@@ -175,6 +175,7 @@ def test_checks_are_registered_with_their_sections():
         "k8s.cni": "O",
         "k8s.system_pods": "O",
         "k8s.hyperpod_namespace": "B.1",
+        "k8s.efa_pod_env": "E",
     }
 
 

@@ -39,6 +39,7 @@ from hyperpod_debugger.domain.observations import ApiFailure, EksCluster, Observ
 from hyperpod_debugger.domain.orchestrators import (
     K8sContainerStatus,
     K8sDaemonSet,
+    K8sEfaContainer,
     K8sEvent,
     K8sNode,
     K8sPod,
@@ -394,6 +395,28 @@ def _container(status: dict[str, Any]) -> K8sContainerStatus:
     )
 
 
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+#: nodes advertising EFA whose pods one triage lists (one GET each), the first by name
+EFA_POD_NODES = 10
+
+
+def _efa_containers(spec: dict[str, Any]) -> tuple[K8sEfaContainer, ...]:
+    out = []
+    for container in _dicts(spec.get("containers")):
+        resources = _map(container, "resources")
+        wanted = _map(resources, "limits").get(EFA_RESOURCE) or _map(resources, "requests").get(EFA_RESOURCE)
+        if wanted is None or str(wanted).strip() in ("", "0"):
+            continue
+        env: dict[str, str] = {}
+        for var in _dicts(container.get("env")):
+            name = var.get("name")
+            if isinstance(name, str):
+                value = var.get("value")
+                env[name] = value if isinstance(value, str) else "(from a reference)"
+        out.append(K8sEfaContainer(name=str(container.get("name", "")), efa=str(wanted), env=env))
+    return tuple(out)
+
+
 def parse_pod(obj: dict[str, Any]) -> K8sPod:
     metadata = _meta(obj, "pod")
     spec = _map(obj, "spec")
@@ -413,6 +436,7 @@ def parse_pod(obj: dict[str, Any]) -> K8sPod:
         containers=tuple(_container(c) for c in containers),
         owner_kind=str(owner["kind"]) if owner.get("kind") else None,
         owner_name=str(owner["name"]) if owner.get("name") else None,
+        efa_containers=_efa_containers(spec),
     )
 
 
@@ -543,6 +567,7 @@ def collect_kubernetes(
             failed = results[key].failure
             if failed is not None and failed.kind in ("endpoint", "timeout"):
                 unreachable = failed
+        efa_pods, efa_nodes = _efa_pods(reader, results["nodes"], unreachable)
     finally:
         reader.close()
 
@@ -558,7 +583,36 @@ def collect_kubernetes(
         daemonsets=results["daemonsets"],
         namespaces=results["namespaces"],
         sandbox_events=events,
+        efa_pods=efa_pods,
+        efa_pod_nodes=efa_nodes,
     )
+
+
+def _efa_pods(
+    reader: KubeReader, nodes: Observed[list[Any]], unreachable: ApiFailure | None
+) -> tuple[Observed[list[K8sPod]], tuple[str, ...]]:
+    """The pods on the first :data:`EFA_POD_NODES` nodes (by name) that advertise EFA, one list per node."""
+    if unreachable is not None:
+        return Observed.failed(unreachable), ()
+    if not nodes.available:
+        return Observed.skip("the node list could not be read"), ()
+    advertising = sorted(
+        n.name for n in nodes.get() if str((n.allocatable or {}).get(EFA_RESOURCE, "0")).strip() not in ("", "0")
+    )
+    chosen = tuple(advertising[:EFA_POD_NODES])
+    pods: list[K8sPod] = []
+    for name in chosen:
+        listed = _observe(
+            reader,
+            "/api/v1/pods",
+            f"list pods on node {name} (all namespaces)",
+            parse_pod,
+            {"fieldSelector": f"spec.nodeName={name}"},
+        )
+        if not listed.available:
+            return Observed.failed(listed.failure) if listed.failure else listed, chosen
+        pods += listed.get()
+    return Observed.ok(pods), chosen
 
 
 def _all_failed(endpoint: str, failure: ApiFailure) -> KubernetesObservation:

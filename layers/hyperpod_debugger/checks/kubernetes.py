@@ -39,6 +39,7 @@ CHECK_CNI = "k8s.cni"
 CHECK_SYSTEM_PODS = "k8s.system_pods"
 CHECK_EFA_PLUGIN = "k8s.efa_device_plugin"
 CHECK_NAMESPACE = "k8s.hyperpod_namespace"
+CHECK_EFA_POD_ENV = "k8s.efa_pod_env"
 
 LABEL_INSTANCE_GROUP = "sagemaker.amazonaws.com/instance-group-name"
 HYPERPOD_NAMESPACE = "aws-hyperpod"
@@ -813,6 +814,89 @@ def check_efa_device_plugin(obs: ClusterObservation, ctx: CheckContext) -> list[
     ]
 
 
+# --------------------------------------------------------------------------- k8s.efa_pod_env
+
+#: (variable, value) every container that requests EFA should set; the second only on types with RDMA read
+EFA_ENV = ("FI_PROVIDER", "efa")
+RDMA_ENV = ("FI_EFA_USE_DEVICE_RDMA", "1")
+
+
+def _rdma_capable(instance_type: str | None) -> bool:
+    """GPUDirect RDMA types: the HGX/NVL GPU boards (p4d and later) and Trainium with EFA."""
+    spec = spec_for(instance_type or "")
+    return spec is not None and bool(spec.efa) and (spec.nvswitch is not None or bool(spec.neuron_devices))
+
+
+def check_efa_pod_env(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
+    """Pods that request ``vpc.amazonaws.com/efa`` should run with ``FI_PROVIDER=efa`` (and, on RDMA-capable
+    types, ``FI_EFA_USE_DEVICE_RDMA=1``) in their environment (§ E). Only the pod spec is read: an image or an
+    entrypoint may set them too, so a missing variable is a warning to look, not a fault."""
+    k8s = _require_eks(obs)
+    pods = k8s.efa_pods.get()
+    types = {n.name: n.instance_type for n in (k8s.nodes.value or ())} if k8s.nodes.available else {}
+    requesting = [p for p in pods if p.efa_containers and p.phase in ("Running", "Pending")]
+    scope = f"pods on {len(k8s.efa_pod_nodes)} node(s) that advertise {EFA_RESOURCE}"
+    if not requesting:
+        raise NotApplicable(f"no running or pending pod requests {EFA_RESOURCE} ({scope})")
+    lacking: dict[tuple[str, str], list[str]] = {}
+    missing_vars: dict[tuple[str, str], set[str]] = {}
+    for pod in requesting:
+        wanted = [EFA_ENV] + ([RDMA_ENV] if _rdma_capable(types.get(pod.node_name or "")) else [])
+        for container in pod.efa_containers:
+            missing = [f"{var}={value}" for var, value in wanted if container.env.get(var) != value]
+            if missing:
+                owner = f"{pod.owner_kind} {pod.owner_name}" if pod.owner_kind and pod.owner_name else f"pod {pod.name}"
+                key = (pod.namespace, owner)
+                lacking.setdefault(key, []).append(
+                    f"{pod.name}/{container.name} on {pod.node_name}: lacks {', '.join(missing)}"
+                )
+                missing_vars.setdefault(key, set()).update(missing)
+    if not lacking:
+        return [
+            finding(
+                obs,
+                CHECK_EFA_POD_ENV,
+                Tag.PASS,
+                f"Every pod that requests {EFA_RESOURCE} ({len(requesting)}) sets the EFA environment in its spec",
+                section="E",
+                evidence=[scope],
+            )
+        ]
+    out = []
+    for (namespace, owner), unsorted in sorted(lacking.items()):
+        lines = sorted(unsorted)
+        first = lines[0].split("/", 1)[0]
+        needed = ", ".join(sorted(missing_vars[(namespace, owner)]))
+        out.append(
+            finding(
+                obs,
+                CHECK_EFA_POD_ENV,
+                Tag.WARN,
+                f"{owner} in {namespace}: {len(lines)} container(s) request {EFA_RESOURCE} without {needed} in "
+                "their pod spec",
+                priority=Priority.P2,
+                section="E",
+                evidence=trim_evidence([*lines, scope], 12),
+                root_cause=(
+                    "Without FI_PROVIDER=efa libfabric may pick another provider, and without "
+                    "FI_EFA_USE_DEVICE_RDMA=1 on RDMA-capable types NCCL may not use GPUDirect RDMA: collectives "
+                    "then run slower or over TCP, with no error. The image or its entrypoint may set them: only the "
+                    "pod spec was read."
+                ),
+                suggested_commands=[
+                    read_only(
+                        ["kubectl", "-n", namespace, "get", "pod", first, "-o", "jsonpath={.spec.containers[*].env}"],
+                        "Read the environment the pod spec sets",
+                    ),
+                ],
+                node_action="fix-workload",
+                next_step="Set the variables in the job's manifest (or its chart's values), unless the image sets "
+                "them; NCCL_DEBUG=INFO shows which provider NCCL selected.",
+            )
+        )
+    return out
+
+
 def _quantity(allocatable: dict[str, str], resource: str) -> int | None:
     raw = allocatable.get(resource)
     if raw is None:
@@ -830,4 +914,5 @@ CHECKS: tuple[Check, ...] = (
     Check(CHECK_SYSTEM_PODS, "O", "kube-proxy and CoreDNS", check_system_pods),
     Check(CHECK_NAMESPACE, "B.1", "aws-hyperpod namespace", check_hyperpod_namespace),
     Check(CHECK_EFA_PLUGIN, "A", "EFA device plugin coverage", check_efa_device_plugin),
+    Check(CHECK_EFA_POD_ENV, "E", "EFA environment of pods requesting EFA", check_efa_pod_env),
 )

@@ -66,6 +66,16 @@ class K8sContainerStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class K8sEfaContainer:
+    """A container of a pod's spec that requests EFA interfaces (``vpc.amazonaws.com/efa``), with the
+    environment its spec sets (literal values; a value taken from elsewhere reads ``(from a reference)``)."""
+
+    name: str
+    efa: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class K8sPod:
     namespace: str
     name: str
@@ -76,6 +86,8 @@ class K8sPod:
     #: the controlling owner (metadata.ownerReferences, controller=true): kind and name, e.g. DaemonSet aws-node
     owner_kind: str | None = None
     owner_name: str | None = None
+    #: the spec's containers that request EFA interfaces (§ E: their FI_* environment)
+    efa_containers: tuple[K8sEfaContainer, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +123,9 @@ class KubernetesObservation:
     namespaces: Observed[list[str]]
     #: Warning events with reason FailedCreatePodSandBox, all namespaces
     sandbox_events: Observed[list[K8sEvent]]
+    #: the pods on the nodes that advertise EFA (up to a cap), and those nodes' names (§ E)
+    efa_pods: Observed[list[K8sPod]] = field(default_factory=lambda: Observed.skip("not read"))
+    efa_pod_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
