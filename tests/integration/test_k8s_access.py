@@ -249,6 +249,14 @@ def test_rbac_denial_on_nodes_only_keeps_the_other_lists(fake, now):
     assert len(obs.daemonsets.get()) == 4
     assert len(obs.namespaces.get()) == 7
     assert len(obs.sandbox_events.get()) == 3
+    # the EFA nodes' pods could not be chosen: unknown with the same cause, not "no EFA node"
+    assert obs.efa_pods.failure == failure and obs.efa_pod_nodes == ()
+
+
+def test_rbac_denial_on_cluster_wide_pods_makes_the_efa_pods_unknown(fake, now):
+    fake.forbid.add("pods")
+    obs = collect_kubernetes(eks_for(fake), token_for(), now=now)
+    assert obs.nodes.available and obs.efa_pods.failure is not None and obs.efa_pods.failure.kind == "denied"
 
 
 def test_namespaced_rbac_denial_names_the_namespace(fake, now):

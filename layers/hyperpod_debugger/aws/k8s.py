@@ -594,8 +594,10 @@ def _efa_pods(
     """The pods on the first :data:`EFA_POD_NODES` nodes (by name) that advertise EFA, one list per node."""
     if unreachable is not None:
         return Observed.failed(unreachable), ()
+    if nodes.failure is not None:
+        return Observed.failed(nodes.failure), ()  # could not look: unknown, not "no EFA node"
     if not nodes.available:
-        return Observed.skip("the node list could not be read"), ()
+        return Observed.skip("the node list was not read"), ()
     advertising = sorted(
         n.name for n in nodes.get() if str((n.allocatable or {}).get(EFA_RESOURCE, "0")).strip() not in ("", "0")
     )
