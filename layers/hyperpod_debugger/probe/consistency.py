@@ -225,8 +225,6 @@ def _skew(
         .replace(f"run {label} {NONE_FOUND}", f"show no {label}")
         .replace(f"run {NONE_FOUND}", f"show no {label}")
     )
-    if unread:
-        message += f" ({len(unread)} not read)"
     top = max(len(ids) for ids in values.values())
     leaders = [v for v, ids in values.items() if len(ids) == top]
     majority = leaders[0]
@@ -240,8 +238,8 @@ def _skew(
         f"{version}{f' ({wheres[version]})' if version in wheres else ''}: {_ids(ids)}"
         for version, ids in sorted(values.items(), key=lambda kv: _order(kv[0]), reverse=True)
     ]
-    if unread:
-        evidence.append(f"not read (not counted): {_ids(unread)}")
+    if unread:  # in the evidence, not the message: a node that flaps between read and not read keeps one finding
+        evidence.append(f"{len(unread)} not read (not counted): {_ids(unread)}")
     if scope:
         evidence.append(scope)
     odd = ranked[0][1]
