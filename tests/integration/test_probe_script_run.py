@@ -28,7 +28,7 @@ SCRIPT = ROOT / "layers" / "hyperpod_debugger" / "probe" / "probe.sh"
 CONTRACT = ROOT / "references" / "probe.md"
 MAX_DOC_BYTES = 256 * 1024
 #: size limits in probe.sh (bytes of JSON text) the tests below lean on
-Q_CAP, KLOG_CAP, MEMINFO_CAP, ERR_CAP = 38912, 36864, 4096, 512
+Q_CAP, KLOG_CAP, MEMINFO_CAP, ERR_CAP = 37888, 36864, 4096, 512
 ITEM_KEYS = {"command", "exit_code", "stdout", "stderr", "truncated"}
 #: the probe appends these after the caller's PATH
 EXTRA_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/amazon/efa/bin:/opt/aws/neuron/bin"
@@ -529,7 +529,7 @@ def test_every_tool_hanging_still_gives_a_complete_document(tmp_path):
     stderr = [item["stderr"] for item in items.values()]
     assert any("already timed out" in text for text in stderr), stderr
     assert any("time budget was spent" in text for text in stderr), stderr
-    assert "time budget was spent" in items["lsblk"]["stderr"]  # the last item always finds the budget spent
+    assert "time budget was spent" in items["software_versions"]["stderr"]  # the last item always finds it spent
 
 
 EFA_MODULE_CAP = 512
@@ -600,3 +600,82 @@ def test_tail_cut_of_one_huge_line_keeps_its_end(tmp_path, awk):
     assert first == TRUNCATION_MARKER
     assert rest.endswith("\u4e2d END\n") and set(rest[:-5]) == {"\u4e2d"}
     assert KLOG_CAP - 12 < encoded_len(item["stdout"]) <= KLOG_CAP
+
+
+# ------------------------------------------------------------------------------- software_versions (§ E)
+
+#: the absolute paths the software_versions item reads, moved under a folder of the test's own
+_VERSION_PATHS = (
+    "/proc/driver/nvidia/version",
+    "/usr/local/cuda/",
+    "/opt/amazon/",
+    "/opt/aws-ofi-nccl/",
+    "/usr/lib/x86_64-linux-gnu/libnccl",
+    "/usr/lib64/libnccl",
+    "/opt/nccl/",
+    "/sys/module/neuron/version",
+    "/opt/aws/neuron/lib/",
+)
+
+
+def _write(path: pathlib.Path, data: str | bytes, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    path.chmod(mode)
+
+
+def test_software_versions_reads_a_node_laid_out_like_a_hyperpod_ami(tmp_path):
+    """The item's reads run for real over files laid out as on a GPU node (formats: probe/versions.py), the
+    script's absolute paths pointed at them; the package's parser then reads every version back."""
+    from hyperpod_debugger.probe.versions import parse
+
+    root = tmp_path / "root"
+    _write(
+        root / "proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.127.05  Release Build  "
+        "(dvs-builder@U16-I3-B03-4-3)  Tue Oct  8 03:22:07 UTC 2024\nGCC version:  gcc version 12.3.0\n",
+    )
+    _write(
+        root / "usr/local/cuda/version.json",
+        '{\n   "cuda" : {\n      "name" : "CUDA SDK",\n      "version" : "12.4.1"\n   },\n'
+        '   "cuda_cccl" : {\n      "name" : "CUDA C++ Core Compute Libraries",\n      "version" : "12.4.127"\n   }\n}\n',
+    )
+    _write(root / "usr/local/cuda/lib/libnccl.so.2.21.5", b"\x7fELF")
+    _write(
+        root / "opt/amazon/efa_installed_packages",
+        "# EFA installer version: 1.38.0\n# Debug packages installed: no\n# Packages installed:\n"
+        "ibacm_54.0-1 libfabric-aws-bin_1.22.0amzn5.0-1 libfabric1-aws_1.22.0amzn5.0-1\n",
+    )
+    _write(
+        root / "opt/amazon/efa/bin/fi_info",
+        "#!/bin/sh\necho 'fi_info: 1.22.0amzn5.0'\necho 'libfabric: 1.22.0amzn5.0'\necho 'libfabric api: 1.22'\n",
+        0o755,
+    )
+    _write(
+        root / "opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net.so",
+        b"\x7fELF\x00\x01junk\x00NET/OFI Initializing aws-ofi-nccl 1.13.2-aws\x00%s\x00more\xff\xfe",
+    )
+    text = SCRIPT.read_text()
+    for path in _VERSION_PATHS:
+        text = text.replace(path, f"{root}{path}")
+    script = tmp_path / "probe.sh"
+    script.write_text(text)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc, _ = run_probe(env, cwd=tmp_path, args=["bash", str(script)])
+    assert proc.returncode == 0, proc.stderr
+    doc = loads(proc.stdout.decode())
+    item = doc.items["software_versions"]
+    assert item.exit_code == 0 and not item.truncated, item
+    got = {c: r.version for c, r in parse(doc) if r.state == "read"}
+    assert {
+        k: got.get(k) for k in ("nvidia_driver", "cuda_toolkit", "efa_installer", "libfabric", "aws_ofi_nccl", "nccl")
+    } == {
+        "nvidia_driver": "550.127.05",
+        "cuda_toolkit": "12.4.1",
+        "efa_installer": "1.38.0",
+        "libfabric": "1.22.0amzn5.0",
+        "aws_ofi_nccl": "1.13.2-aws",
+        "nccl": "2.21.5",
+    }
+    assert got.get("kernel")  # this machine's own uname -r
+    assert parse(doc).get("neuron_driver").state == "absent"

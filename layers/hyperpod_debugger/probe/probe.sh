@@ -399,13 +399,13 @@ _uname__versions() {
   for f in /usr/local/cuda/version.json /usr/local/cuda/version.txt; do
     if [[ -e $f ]]; then
       printf 'file %s\n' "$f"
-      if _vleft; then timeout -k 1 "$ST" head -n 8 "$f" || printf '(not read: exit %s)\n' "$?"; fi
+      if _vleft; then timeout -k 1 "$ST" head -n 5 "$f" || printf '(not read: exit %s)\n' "$?"; fi
       break
     fi
   done
   printf '== efa_installer\n'
   f=/opt/amazon/efa_installed_packages
-  if [[ -e $f ]] && _vleft; then timeout -k 1 "$ST" head -n 3 "$f" || printf '(not read: exit %s)\n' "$?"; fi
+  if [[ -e $f ]] && _vleft; then timeout -k 1 "$ST" head -n 1 "$f" || printf '(not read: exit %s)\n' "$?"; fi
   printf '== libfabric\n'
   f=fi_info
   if command -v "$f" 1>/dev/null 2>&1 && _vleft; then
@@ -475,7 +475,7 @@ _items() {
   done
   _emit 'nvidia_smi_query_gpu' "nvidia-smi --query-gpu=$q --format=csv"
 
-  _run 10 first 38912 512 _nvidia-smi__q
+  _run 10 first 37888 512 _nvidia-smi__q
   _emit 'nvidia_smi_q' "nvidia-smi -q"
 
   _run 8 first 4096 512 _nvidia-smi__remapped_rows
@@ -570,8 +570,8 @@ _items() {
   _run 5 first 8192 512 _lsblk__json
   _emit 'lsblk' "lsblk -J -b -o NAME,TYPE,SIZE,MODEL,MOUNTPOINT"
 
-  _run 8 first 1024 512 _uname__versions
-  _emit 'software_versions' "uname -r; head -n 1 /proc/driver/nvidia/version; head -n 8 /usr/local/cuda/version.json; head -n 3 /opt/amazon/efa_installed_packages; fi_info --version; grep -aoE -m1 '$OFIPAT' <aws-ofi-nccl library>; libnccl.so.2.* names; cat /sys/module/neuron/version; libnrt.so.* names"
+  _run 8 first 2048 512 _uname__versions
+  _emit 'software_versions' "uname -r; head -n 1 /proc/driver/nvidia/version; head -n 5 /usr/local/cuda/version.json; head -n 1 /opt/amazon/efa_installed_packages; fi_info --version; grep -aoE -m1 '$OFIPAT' <aws-ofi-nccl library>; libnccl.so.2.* names; cat /sys/module/neuron/version; libnrt.so.* names"
 }
 
 # Every item, not run, with one reason (this node lacks a tool the probe itself needs). Same ids and order.
