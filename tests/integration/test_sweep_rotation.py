@@ -257,3 +257,26 @@ def test_a_batch_reference_that_names_no_stored_plan_is_rejected_with_its_reason
     assert "no stored plan batch 3 of sweep 'never-ran'" in result["errors"][0]["error"]
     both = {**item, "nodes": [{"instance_id": cluster.nodes["gpu-workers"][0]}]}
     assert handlers.probe_batch(both, sweep_context())["status"] == "rejected"
+
+
+def test_a_skew_a_batch_found_stays_open_when_a_later_batch_sees_part_of_the_group(world):
+    # GIVEN the sweep's batches probed gpu-workers 0 (NVIDIA driver 535.183.01) and 1 (550.127.05) together (§ E)
+    demo, store = world
+    cluster = demo.eks
+    plan = handlers.sweep_cluster(sweep_input(cluster), sweep_context())
+    for batch in map_items(plan):
+        handlers.probe_batch(batch, sweep_context())
+    skews = [f for f in store.open_findings(cluster.arn).values() if f.check == "probe.software_skew"]
+    assert [(f.instance_group, f.instance_id) for f in skews] == [("gpu-workers", None)]
+
+    # WHEN a later batch probes only one of them (no comparison is possible, and it saw part of the group)
+    old = cluster.nodes["gpu-workers"][0]
+    [descriptor] = [n for b in map_items(plan) for n in descriptors(store, b) if n["instance_id"] == old]
+    handlers.probe_batch(
+        {"cluster_arn": cluster.arn, "cluster_name": cluster.name, "sweep_id": "sweep-3", "nodes": [descriptor]},
+        sweep_context(),
+    )
+
+    # THEN the stored skew is still open: a partial view resolves nothing
+    after = store.open_findings(cluster.arn)
+    assert all(after[f.fingerprint].state is State.OPEN for f in skews)
