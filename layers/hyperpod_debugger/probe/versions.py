@@ -196,7 +196,8 @@ def parse(doc: ProbeDocument) -> SoftwareVersions:
     if q_cuda:
         r["cuda_driver"] = Reading("read", q_cuda, "nvidia-smi -q")
     else:
-        no_smi = doc.item("nvidia_smi_q") is not None and doc.item("nvidia_smi_q").missing_tool  # type: ignore[union-attr]
+        smi = doc.item("nvidia_smi_q")
+        no_smi = smi is not None and smi.missing_tool
         r["cuda_driver"] = (
             Reading("absent", detail="nvidia-smi is not on the node")
             if no_smi
