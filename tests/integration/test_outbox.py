@@ -29,7 +29,7 @@ from functions.monitor.logic import outbox
 from functions.monitor.logic.incidents import reconcile
 from functions.monitor.runtime import use_clock
 from functions.shared import clients
-from hyperpod_debugger.aws.incident_store import IncidentStore
+from hyperpod_debugger.aws.incident_store import IncidentStore, from_item, to_item
 from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.domain.model import (
     CheckCoverage,
@@ -42,10 +42,13 @@ from hyperpod_debugger.domain.model import (
     TriageReport,
 )
 from hyperpod_debugger.lifecycle.findings import plan_sweep
+from hyperpod_debugger.notify import alerts as render
 from hyperpod_debugger.notify import finding_event
 from hyperpod_debugger.remediation.verdict import node_verdicts
 from hyperpod_sim import scenarios
 from hyperpod_sim.lambda_harness import MonitorHarness, SqsClock, monitor_harness
+from tests.unit.test_alert_policy import _stored
+from tests.unit.test_notify_render import _rebooted_with_more
 
 ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/lw12e0dn1hhd"
 OTHER = "arn:aws:sagemaker:us-west-2:111122223333:cluster/zz9yy8xx7ww6"
@@ -766,3 +769,42 @@ def test_a_six_hour_slack_outage_loses_no_alert_and_sends_none_twice(monitor, cl
     # Slack was really tried during the outage, and the retries were spaced, not hammered
     assert tried_during_outage >= 5
     assert tried_during_outage < 5 * (outage_ends // step)
+
+
+def test_a_node_alert_names_the_worst_problem_and_what_the_reboot_leaves_after_the_store_and_the_stream(monitor, clock):
+    # GIVEN a node whose rung is a reboot (an Xid HyperPod's agent saw) while its worst problems are a full
+    # root volume and a stopped slurmd, which no reboot fixes (a reboot frees no disk)
+    watching(monitor, clock)
+    i = node(3)
+    xid = finding("logs.hma", i, "HMA detected Xid 79 (GPU has fallen off the bus) on the node")
+    xid = xid.model_copy(update={"node_action": "reboot", "section": "G"})
+    disk = finding("probe.disk", i, "Root volume / is 93% full (7.0 GiB free)", priority=Priority.P0)
+    disk = disk.model_copy(update={"section": "I.2"})
+    slurmd = finding("probe.services", i, "slurmd is not running (failed)", priority=Priority.P0)
+    slurmd = slurmd.model_copy(update={"section": "H"})
+    sweep(monitor, clock, [xid, disk, slurmd], {"logs.hma", "probe.disk", "probe.services"})
+    # WHEN the incident goes through the table, its stream, the alert group and the courier
+    assert notify(monitor, clock).ok
+    assert all(r == OK for r in deliver(monitor))
+    # THEN the one Slack message and the one email say the rung, the worst problem and what the rung leaves
+    [slack] = monitor.sink.received
+    assert_block_kit([slack])
+    assert "REBOOT" in header(slack) and i in header(slack)
+    text = "\n".join(b["text"]["text"] for b in slack["blocks"] if b["type"] == "section")
+    assert "*Worst problem (a reboot does not fix it):*\n• P0 FAIL Root volume / is 93% full" in text
+    assert "*A reboot does not fix:*\n• P0 FAIL slurmd is not running (failed) (§ H)" in text
+    assert text.index("*Why:*") < text.index("Worst problem") < text.index("*Runbook:*")
+    [email] = monitor.emails()
+    assert "Worst problem (a reboot does not fix it):\n  - P0 FAIL Root volume / is 93% full" in email.message
+    assert "A reboot does not fix:\n  - P0 FAIL slurmd is not running (failed) (§ H)" in email.message
+
+
+# a unit of the store's item shape, here because the adapter imports boto3
+def test_a_stored_incident_keeps_its_other_problems_and_an_older_item_without_them_still_reads() -> None:
+    [stored] = _stored(_rebooted_with_more())
+    assert stored.incident.worst is not None and len(stored.incident.others) == 3
+    assert from_item(to_item(stored)) == stored
+    older = {k: v for k, v in to_item(stored).items() if k not in ("worst", "others")}
+    read = from_item(older)
+    assert read.incident.worst is None and read.incident.others == ()
+    assert render.node_issues(read.incident) == []

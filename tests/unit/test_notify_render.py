@@ -215,6 +215,26 @@ def _huge() -> Batch:
     return _with(batch, evidence=lines, occupancy="<" * 5000, likely_cause="&" * 5000, next_step="y" * 40_000)
 
 
+def _rebooted_with_more(node: str = _node(6)) -> list[Finding]:
+    """A node whose rung is a reboot (an Xid HyperPod's agent saw) with worse problems no reboot fixes (a
+    full root volume, a stopped slurmd) and one it does (a pending row remap applies at the GPU reset)."""
+    return [
+        _f(
+            "logs.hma", "HMA detected Xid 79 (GPU has fallen off the bus)", node=node, node_action="reboot", section="G"
+        ),
+        _f("probe.disk", "Root volume / is 93% full (7.0 GiB free)", node=node, priority=Priority.P0, section="I.2"),
+        _f("probe.services", "slurmd is not running (failed)", node=node, priority=Priority.P0, section="H"),
+        _f(
+            "probe.gpu_row_remap",
+            "Row remapping pending on GPU 2",
+            node=node,
+            tag=Tag.WARN,
+            node_action="reboot",
+            section="G.1.a",
+        ),
+    ]
+
+
 def _hostile() -> Batch:
     return _with(
         _one(
@@ -246,6 +266,7 @@ def batches() -> dict[str, Batch]:
     return {
         "replace": _one([_xid(_node(1))]),
         "investigate": _one([_investigate()]),
+        "reboot-with-more": _one(_rebooted_with_more()),
         "watch": _one([_watch()]),
         "coverage": _one([_unknown()]),
         "cause": _one([_cause()]),
@@ -698,3 +719,43 @@ def test_every_runbook_section_has_a_one_line_what_to_do() -> None:
     assert set(WHAT_TO_DO) == set(SECTIONS)
     assert all("\n" not in line and len(line) <= 120 for line in WHAT_TO_DO.values())
     assert what_to_do("G.1.a") == WHAT_TO_DO["G.1.a"] and what_to_do(None) is None
+
+
+# --------------------------------------------------------------------------- a node's other problems
+
+
+def test_a_node_alert_names_its_worst_problem_and_sorts_the_rest_by_whether_the_reboot_fixes_them() -> None:
+    batch = batches()["reboot-with-more"]
+    payload = alerts.slack(batch, runbook_base_url=None)
+    text = "\n".join(mrkdwn(payload))
+    assert "REBOOT" in header(payload)
+    assert (
+        "*Worst problem (a reboot does not fix it):*\n• P0 FAIL Root volume / is 93% full (7.0 GiB free) (§ I.2)\n"
+        "*A reboot does not fix:*\n• P0 FAIL slurmd is not running (failed) (§ H)\n"
+        "*A reboot clears too:*\n• P1 WARN Row remapping pending on GPU 2 (§ G.1.a)"
+    ) in text
+    _, body = alerts.email(replace(batch, channel="sns"), runbook_base_url=None)
+    assert (
+        "Worst problem (a reboot does not fix it):\n  - P0 FAIL Root volume / is 93% full (7.0 GiB free) (§ I.2)\n"
+        "A reboot does not fix:\n  - P0 FAIL slurmd is not running (failed) (§ H)\n"
+        "A reboot clears too:\n  - P1 WARN Row remapping pending on GPU 2 (§ G.1.a)"
+    ) in body
+    description = chatbot(replace(batch, channel="chatbot"), runbook_base_url=None)["content"]["description"]
+    assert "*Worst problem (a reboot does not fix it):*\n• P0 FAIL Root volume / is 93% full" in description
+    assert "*A reboot does not fix:*\n• P0 FAIL slurmd is not running (failed) (§ H)" in description
+
+
+def test_a_group_message_says_per_node_how_many_problems_the_rung_leaves_and_the_worst() -> None:
+    pending = _stored(_rebooted_with_more(_node(6)) + [_xid(_node(7))])
+    batch = _slack_batch(pending)
+    assert len(batch.items) == 2
+    [line] = [t for t in mrkdwn(alerts.slack(batch, runbook_base_url=None)) if _node(6) in t]
+    assert (
+        "_Also:_ 3 more problems on this node, 2 that a reboot does not fix "
+        "(worst: P0 FAIL Root volume / is 93% full (7.0 GiB free) (§ I.2))"
+    ) in line
+    _, body = alerts.email(replace(batch, channel="sns"), runbook_base_url=None)
+    assert "    also: 3 more problems on this node, 2 that a reboot does not fix (worst: P0 FAIL Root" in body
+    # a node with no other problem gets no such line
+    [other] = [t for t in mrkdwn(alerts.slack(batch, runbook_base_url=None)) if _node(7) in t and "REPLACE" in t]
+    assert "_Also:_" not in other

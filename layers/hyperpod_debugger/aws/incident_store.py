@@ -31,6 +31,7 @@ from hyperpod_debugger.lifecycle.incidents import (
     IncidentPlan,
     IncidentState,
     IncidentTransition,
+    NodeIssue,
     StoredIncident,
 )
 
@@ -86,6 +87,8 @@ def to_item(stored: StoredIncident, *, ttl: timedelta = HISTORY_TTL) -> dict[str
         "explains": [{"check": e.check, "message": e.message, "instance_id": e.instance_id} for e in i.explains],
         "nodes": list(i.nodes),
         "reasons": [[reason, n] for reason, n in i.reasons],
+        "worst": _issue_item(i.worst) if i.worst else None,
+        "others": [_issue_item(o) for o in i.others] or None,
         "state": str(stored.state),
         "incident_id": stored.incident_id,
         "opened_at": stored.opened_at,
@@ -108,6 +111,30 @@ def to_item(stored: StoredIncident, *, ttl: timedelta = HISTORY_TTL) -> dict[str
     if stored.state is IncidentState.RESOLVED and stored.resolved_at:
         item["expires_at"] = int((_parse(stored.resolved_at) + ttl).timestamp())
     return {k: v for k, v in item.items() if v is not None}
+
+
+def _issue_item(issue: NodeIssue) -> dict[str, Any]:
+    out = {
+        "check": issue.check,
+        "message": issue.message,
+        "priority": str(issue.priority) if issue.priority else None,
+        "tag": issue.tag,
+        "section": issue.section,
+        "fixed_by_rung": issue.fixed_by_rung,
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _issue(item: Mapping[str, Any]) -> NodeIssue:
+    """A stored problem of a node incident (items written before these were kept simply have none)."""
+    return NodeIssue(
+        check=str(item.get("check") or "-"),
+        message=str(item.get("message") or ""),
+        priority=_priority(item.get("priority")),
+        tag=str(item.get("tag") or "FAIL"),
+        section=_text(item.get("section")),
+        fixed_by_rung=bool(item.get("fixed_by_rung")),
+    )
 
 
 def _parse(text: str) -> datetime:
@@ -146,6 +173,8 @@ def from_item(item: Mapping[str, Any]) -> StoredIncident:
         explains=explains,
         nodes=tuple(str(n) for n in item.get("nodes") or ()),
         reasons=tuple((str(r[0]), int(r[1])) for r in item.get("reasons") or () if len(r) == 2),
+        worst=_issue(item["worst"]) if isinstance(item.get("worst"), Mapping) else None,
+        others=tuple(_issue(o) for o in item.get("others") or () if isinstance(o, Mapping)),
     )
     if incident.kind not in ("node", "cause", "coverage"):
         raise ValueError(f"unknown incident kind {incident.kind!r}")

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
-from hyperpod_debugger.domain.model import Finding, NodeVerdict, Priority, SuggestedCommand, Tag
+from hyperpod_debugger.domain.model import Finding, NodeProblem, NodeVerdict, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.lifecycle.findings import iso, parse_iso, signature
 from hyperpod_debugger.remediation.rootcause import root_causes
 from hyperpod_debugger.remediation.verdict import RANK, node_verdicts, weight
@@ -86,6 +86,30 @@ class Explained:
 
 
 @dataclass(frozen=True)
+class NodeIssue:
+    """A node incident's problem other than the one its verdict stands on, and whether the verdict's rung
+    clears it (a reboot clears a transient GPU fault, never a full disk or a stopped service's cause)."""
+
+    check: str
+    message: str
+    priority: Priority | None = None
+    tag: str = "FAIL"
+    section: str | None = None
+    fixed_by_rung: bool = False
+
+    @classmethod
+    def of(cls, problem: NodeProblem) -> NodeIssue:
+        return cls(
+            check=problem.check,
+            message=problem.message,
+            priority=problem.priority,
+            tag=problem.tag.value,
+            section=problem.section,
+            fixed_by_rung=problem.fixed_by_rung,
+        )
+
+
+@dataclass(frozen=True)
 class Incident:
     """What the findings say about one problem now."""
 
@@ -118,6 +142,10 @@ class Incident:
     nodes: tuple[str, ...] = ()
     #: coverage: why, as (reason, how many), most common first
     reasons: tuple[tuple[str, int], ...] = ()
+    #: node: its most urgent problem when the verdict stands on another (the rung is chosen by what fixes
+    #: the node), and every other problem of the node, most urgent first: an alert hides none of them
+    worst: NodeIssue | None = None
+    others: tuple[NodeIssue, ...] = ()
 
     def content(self) -> tuple[Any, ...]:
         """What, when it moves, is worth writing (not worth saying)."""
@@ -134,6 +162,7 @@ class Incident:
             self.nodes,
             self.reasons,
             len(self.explains),
+            tuple((o.check, o.fixed_by_rung) for o in self.others),
         )
 
 
@@ -338,6 +367,8 @@ def desired_incidents(
             hyperpod=verdict.hyperpod,
             checks=tuple(verdict.checks),
             evidence=_evidence(deciding.evidence),
+            worst=NodeIssue.of(verdict.worst) if verdict.worst else None,
+            others=tuple(NodeIssue.of(p) for p in verdict.other_problems[:MAX_LISTED]),
         )
         out[incident.key] = incident
 

@@ -24,7 +24,7 @@ from urllib.parse import quote
 from hyperpod_debugger.domain.model import Priority
 from hyperpod_debugger.domain.sections import RUNBOOK_PATH, SECTIONS, pointer, what_to_do
 from hyperpod_debugger.domain.untrusted import slack_code, slack_text, visible
-from hyperpod_debugger.lifecycle.incidents import Incident, StoredIncident
+from hyperpod_debugger.lifecycle.incidents import Incident, NodeIssue, StoredIncident
 from hyperpod_debugger.notify.messages import (
     EMOJI,
     EMOJI_RESOLVED,
@@ -178,6 +178,67 @@ def shared_check(items: Sequence[Item]) -> tuple[str, int] | None:
     return (check, n) if n >= SHARED_CAUSE_NODES else None
 
 
+#: A node incident's other problems a message lists one by one (the rest are counted).
+ISSUES_LISTED = 6
+_RUNG = {"reboot": "a reboot", "replace": "a replacement"}
+_CLEARS_TOO = {
+    "reboot": "A reboot clears too",
+    "replace": "A replacement clears too",
+    "fix-workload": "Fixing the workload clears too",
+}
+
+
+def issue_text(issue: NodeIssue, limit: int = 200) -> str:
+    """One problem of a node, as every channel words it: priority, message (one line), runbook section."""
+    prio = f"{issue.priority.value} " if issue.priority else ""
+    section = f" (§ {issue.section})" if issue.section else ""
+    return f"{prio}{issue.tag} {clip_words(issue.message, limit)}{section}"
+
+
+def node_issues(i: Incident) -> list[tuple[str, tuple[NodeIssue, ...]]]:
+    """A node incident's problems beyond the one its verdict stands on, as (heading, problems): its worst
+    problem when that is another, the problems the rung does not fix (each needs its own step), then those
+    the rung clears too. Nothing the node has is left unsaid; the headings say which step fixes what."""
+    if i.kind != "node":
+        return []
+    rung = _RUNG.get(i.verdict)
+    out: list[tuple[str, tuple[NodeIssue, ...]]] = []
+    if i.worst is not None:
+        unfixed = rung is not None and not i.worst.fixed_by_rung
+        out.append((f"Worst problem ({rung} does not fix it)" if unfixed else "Worst problem", (i.worst,)))
+    listed = [o for o in i.others if o != i.worst]
+    open_ = tuple(o for o in listed if not o.fixed_by_rung)
+    cleared = tuple(o for o in listed if o.fixed_by_rung)
+    if open_:
+        out.append((f"{rung[0].upper()}{rung[1:]} does not fix" if rung else "Also on this node", open_))
+    if cleared:
+        out.append((_CLEARS_TOO.get(i.verdict, "Cleared with it"), cleared))
+    return out
+
+
+def unfixed_count(i: Incident) -> tuple[int, int]:
+    """(other problems of a node incident, how many of them its rung does not fix)."""
+    listed = {*i.others, *([i.worst] if i.worst else [])}
+    return len(listed), sum(1 for o in listed if not o.fixed_by_rung)
+
+
+def issues_line(i: Incident) -> str:
+    """A group message's one line for a node's other problems: how many, how many the rung leaves."""
+    total, unfixed = unfixed_count(i)
+    if not total:
+        return ""
+    rung = _RUNG.get(i.verdict)
+    text = f"{total} more problem{'s' if total != 1 else ''} on this node"
+    if rung and unfixed:
+        text += f", {unfixed} that {rung} does not fix"
+    elif rung:
+        text += f", which {rung} clears too"
+    first = i.worst or (i.others[0] if i.others else None)
+    if first is not None:
+        text += f" ({'worst' if i.worst else 'the most urgent'}: {issue_text(first, 120)})"
+    return text
+
+
 SHARED_ADVICE = (
     "Many nodes failing one check together usually share a cause (a security group, a lifecycle script, an "
     "AMI or driver rollout, an AWS event): look for it before acting node by node."
@@ -329,6 +390,11 @@ def _incident_slack(batch: Batch, item: Item, base_url: str | None) -> dict[str,
         if i.nodes:
             more = f" and {len(i.nodes) - NODES_LISTED} more" if len(i.nodes) > NODES_LISTED else ""
             lines.append("*Nodes:* " + ", ".join(escape(n) for n in i.nodes[:NODES_LISTED]) + more)
+    for heading, issues in node_issues(i):
+        lines.append(f"*{escape(heading)}:*")
+        lines.extend(f"• {_esc(issue_text(o), 300)}" for o in issues[:ISSUES_LISTED])
+        if len(issues) > ISSUES_LISTED:
+            lines.append(f"• … and {len(issues) - ISSUES_LISTED} more")
     if i.next_step:
         lines.append(f"*Next step:* {_esc(i.next_step, 600)}")
     blocks.append(_mrkdwn("\n".join(lines)))
@@ -361,6 +427,8 @@ def _item_line(item: Item) -> str:
     text = f"{head}: {_esc(i.title, 200)}"
     if i.likely_cause:
         text += f"\n_Likely cause:_ {_esc(i.likely_cause, 200)}"
+    if also := issues_line(i):
+        text += f"\n_Also:_ {_esc(also, 300)}"
     first = commands(i)[:1]
     if first:
         command = first[0]
@@ -510,6 +578,9 @@ def _incident_email(batch: Batch, item: Item, base_url: str | None) -> list[str]
         out += [f"Why not: {one_line(r)} ({n})" for r, n in i.reasons]
         if i.nodes:
             out.append(f"Nodes: {', '.join(i.nodes)}")
+    for heading, issues in node_issues(i):
+        out.append(f"{heading}:")
+        out.extend(f"  - {issue_text(o)}" for o in issues)
     if i.next_step:
         out.append(f"Next step: {one_line(i.next_step)}")
     for command in commands(i):
@@ -553,6 +624,8 @@ def _group_email(batch: Batch, base_url: str | None) -> list[str]:
         out.append(f"{prio} {verdict_word(i)} {subject_of(i)}: {one_line(i.title)}")
         if i.likely_cause:
             out.append(f"    likely cause: {one_line(i.likely_cause)}")
+        if also := issues_line(i):
+            out.append(f"    also: {also}")
         first = commands(i)[:1]
         if first:
             out += [f"    {line}" for line in _plain_command(first[0])]

@@ -42,6 +42,7 @@ from hyperpod_debugger.domain.model import Priority
 from hyperpod_debugger.domain.sections import what_to_do
 from hyperpod_debugger.lifecycle.incidents import Incident
 from hyperpod_debugger.notify.alerts import (
+    ISSUES_LISTED,
     NODES_LISTED,
     SHARED_ADVICE,
     SHOWN,
@@ -50,7 +51,10 @@ from hyperpod_debugger.notify.alerts import (
     group_title,
     headline,
     icon,
+    issue_text,
+    issues_line,
     list_hint,
+    node_issues,
     one_line,
     opened_line,
     runbook_hint,
@@ -351,6 +355,11 @@ def _incident(batch: Batch, item: Item, base_url: str | None) -> dict[str, Any]:
             listed = ", ".join(_prose(n, 40) for n in i.nodes[:NODES_LISTED])
             more = f" and {len(i.nodes) - NODES_LISTED} more" if len(i.nodes) > NODES_LISTED else ""
             body.append((2, f"*Nodes:* {listed}{more}"))
+    for heading, issues in node_issues(i):
+        bullets = [f"• {_prose(issue_text(o), 200)}" for o in issues[:ISSUES_LISTED]]
+        if len(issues) > ISSUES_LISTED:
+            bullets.append(f"• … and {len(issues) - ISSUES_LISTED} more")
+        body.append((1, f"*{heading}:*\n" + "\n".join(bullets)))
     if i.next_step:
         body.append((0, f"*Next step:* {_prose(i.next_step, 300)}"))
     said: set[str] = set()
@@ -399,6 +408,8 @@ def _item_text(item: Item, said: set[str]) -> str:
     cause = _prose(i.likely_cause, 160)
     if cause and cause not in said:
         lines.append(f"    _Likely cause:_ {cause}")
+    if also := issues_line(i):
+        lines.append(f"    _Also:_ {_prose(also, 240)}")
     first = commands(i)[:1]
     if first:
         command = first[0]
