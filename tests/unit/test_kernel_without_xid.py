@@ -81,7 +81,22 @@ def test_nvlink_training_failure_text_without_the_xid_prefix_is_a_reboot(form: s
     message = "NVRM: NVLink: Link training failed for link 3(0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)"
     [f] = run(check_xid, message, form)
     assert (f.tag, f.priority, f.section, f.node_action) == (Tag.FAIL, Priority.P1, "G.1", "reboot")
-    assert f.message.startswith("NVLink link training failed")
+    assert f.message.startswith("NVLink links did not come up (training or discovery failed)")
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_an_nvlink_core_routine_that_fails_to_discover_links_is_a_reboot_without_an_xid(form: str) -> None:
+    # open-gpu-kernel-modules, kernel_nvlink_gh100.c: knvlinkDiscoverPostRxDetLinks_GH100 prints this when it
+    # cannot read the peer's post-RxDet link mask and returns an error: the links are not set up (as seen by
+    # leptonai/gpud PR #1271 on an H100 node, with no Xid logged)
+    message = "NVRM: knvlinkDiscoverPostRxDetLinks_GH100: Getting peer0's postRxDetLinkMask failed!"
+    [f] = run(check_xid, message, form)
+    assert (f.tag, f.priority, f.section, f.node_action) == (Tag.FAIL, Priority.P1, "G.1", "reboot")
+    assert "NVLink links did not come up" in f.message
+
+
+def test_an_nvlink_core_line_that_reports_no_failure_is_not_a_fault() -> None:
+    assert run(check_xid, "NVRM: knvlinkCoreShutdownDeviceLinks: shutting down 18 links", "dmesg") == []
 
 
 def test_nvlink_training_text_inside_an_xid_136_line_is_one_finding() -> None:
@@ -207,3 +222,47 @@ def test_on_a_trainium_node_the_driver_finding_no_gpu_is_not_a_fault() -> None:
     # THEN it is the truth there (no GPU to bring up), while on a GPU node it is a GPU that did not come up
     assert not [f for f in trn.findings if f.check == "probe.xid" and f.is_problem]
     assert [f for f in gpu.findings if f.check == "probe.xid" and f.tag.value == "FAIL"]
+
+
+# --------------------------------------------------------------------------- call traces
+
+
+def run_lines(check, messages: list[str]):
+    text = "".join(forms(m)["dmesg"] + "\n" for m in messages)
+    doc = ProbeDocument(
+        hostname="ip-10-1-2-3",
+        collected_at=NOW,
+        uptime_s=(NOW - BOOT).total_seconds(),
+        items={"kernel_log": ProbeItem(command="dmesg", exit_code=0, stdout=text)},
+    )
+    ctx = ProbeContext(instance_type="ml.p5.48xlarge", now=NOW, window=timedelta(hours=24), instance_id="i-0abc")
+    return [f for f in check(doc, ctx) if f.tag is not Tag.PASS]
+
+
+def test_a_call_trace_names_the_modules_of_its_frames() -> None:
+    # the kernel prints "Call Trace:" then one frame per line, "func+0xoff/0xlen [module]" for module code
+    [f] = run_lines(
+        check_kernel_faults,
+        [
+            "watchdog: BUG: soft lockup - CPU#12 stuck for 23s! [python3:4242]",
+            "Call Trace:",
+            " <TASK>",
+            " _nv012345rm+0x1c/0x30 [nvidia]",
+            " os_acquire_spinlock+0x12/0x20 [nvidia]",
+        ],
+    )
+    assert "call trace through module(s) nvidia" in f.message
+
+
+def test_a_verifier_line_that_names_a_function_is_not_a_call_trace() -> None:
+    # XFS prints where its metadata check failed ("Metadata CRC error detected at <func>+0xc8/0xf0 [xfs]")
+    # with no Call Trace: the line says which check failed, not that the kernel crashed in xfs
+    [f] = run_lines(
+        check_kernel_faults,
+        [
+            'XFS (nvme0n1p1): metadata I/O error in "xfs_trans_read_buf_map" at daddr 0x8e8c20 len 8 error 74',
+            "XFS (nvme0n1p1): Metadata CRC error detected at xfs_dir3_block_read_verify+0xc8/0xf0 [xfs], "
+            "xfs_dir3_block block 0x8e8c20",
+        ],
+    )
+    assert f.tag is Tag.FAIL and "call trace" not in f.message

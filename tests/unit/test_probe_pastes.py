@@ -98,7 +98,7 @@ def test_given_pending_yes_with_a_note_when_analysed_then_remap_pending_warns_re
 
 def test_given_pending_no_with_a_note_when_analysed_then_only_the_documented_remap_count_is_reported():
     found = only(judge("nvidia_smi_q", REMAP_BLOCK.format(pending="No   # after the reset")), "probe.gpu_row_remap")
-    assert found.tag is Tag.INFO and "already remapped" in found.message
+    assert found.tag is Tag.PASS and "already remapped" in found.message
 
 
 def test_given_a_pending_value_that_cannot_be_read_when_analysed_then_unknown_never_pass():
@@ -212,14 +212,14 @@ def test_a_command_not_found_line_is_still_a_message_not_a_command():
     assert table.rows == () and table.messages == ("bash: nvidia-smi: command not found",)
 
 
-def test_given_remapped_rows_recorded_and_nothing_pending_when_analysed_then_info_not_a_fault():
-    # NVIDIA: the counts are InfoROM entries of remaps already made; only pending/failure ask for action
+def test_given_remapped_rows_recorded_and_nothing_pending_when_analysed_then_a_pass_not_a_fault():
+    # NVIDIA: the counts are InfoROM entries of remaps already made; only pending/failure ask for action (§ G.1.a)
     text = (
         "gpu_bus_id, remapped_rows.correctable, remapped_rows.uncorrectable, remapped_rows.pending, "
         "remapped_rows.failure\n00000000:53:00.0, 0, 3, No, No\n"
     )
     found = only(judge("nvidia_smi_remapped_rows", text), "probe.gpu_row_remap")
-    assert found.tag is Tag.INFO and found.node_action is None
+    assert found.tag is Tag.PASS and found.node_action is None and "already remapped" in found.message
 
 
 # --------------------------------------------------------------------------- chrony in local mode
@@ -316,3 +316,33 @@ def test_given_a_bare_table_without_its_command_when_analysed_then_ratio_judged_
     assert found.tag is Tag.FAIL  # 395 of 31966 is 1.2 % in any unit
     assert "395 of 31966, in a unit the paste does not show" in found.message
     assert "KiB" not in found.message and " B " not in found.message
+
+
+# --------------------------------------------------------------------------- ECC the driver could not read
+
+ECC_BLOCK = """GPU 00000000:52:00.0
+    ECC Mode
+        Current                           : {mode}
+        Pending                           : {mode}
+    ECC Errors
+        Volatile
+            DRAM Correctable              : N/A
+            DRAM Uncorrectable            : N/A
+        Aggregate
+            DRAM Correctable              : N/A
+            DRAM Uncorrectable            : N/A
+"""
+
+
+@pytest.mark.parametrize("mode", ["Unknown Error", "ERR!", "[GPU is lost]"])
+def test_given_an_ecc_mode_the_driver_failed_to_read_when_analysed_then_unknown_not_skipped(mode):
+    # nvidia-smi prints "Unknown Error"/"ERR!" where NVML returned an error, unlike N/A (not supported): the
+    # memory's state was not read, so it is UNKNOWN (never PASS, never "ECC not supported", never a reboot)
+    found = only(judge("nvidia_smi_q", ECC_BLOCK.format(mode=mode)), "probe.gpu_ecc")
+    assert (found.tag, found.node_action) == (Tag.UNKNOWN, None)
+    assert "could not read the ECC state" in found.message and any(mode in line for line in found.evidence)
+
+
+def test_given_ecc_disabled_counters_na_when_analysed_then_skipped_as_not_supported():
+    found = of(judge("nvidia_smi_q", ECC_BLOCK.format(mode="Disabled")), "probe.gpu_ecc")
+    assert found == []

@@ -626,6 +626,42 @@ def _unreadable_finding(ctx: ProbeContext, gs: GpuSet, check: str, section: str,
     )
 
 
+#: what nvidia-smi prints where it tried to read a value and failed (unlike ``N/A``: not supported)
+_READ_ERRORS = frozenset({"unknown error", "err!", "gpu is lost", "insufficient permissions"})
+
+
+def _ecc_read_failures(gpus: list[Gpu]) -> dict[str, Gpu]:
+    """GPUs whose ECC mode or counters nvidia-smi failed to read (``Unknown Error``, ``ERR!``), each with its
+    first such line: a driver that cannot read ECC says nothing about the memory, so it is not "N/A"."""
+    out: dict[str, Gpu] = {}
+    for gpu in gpus:
+        lines = []
+        if gpu.row is not None:
+            values = (gpu.row.values.get(c) or "" for c in _ECC_COLUMNS)
+            if any(v.strip(" []").lower() in _READ_ERRORS for v in values):
+                lines.append(gpu.row.line)
+        if gpu.q is not None:
+            entries = [*gpu.q.under("ecc mode"), *gpu.q.under("ecc errors")]
+            lines += [e.line for e in entries if e.value.strip(" []").lower() in _READ_ERRORS][:1]
+        if lines:
+            out[lines[0]] = gpu
+    return out
+
+
+def _ecc_unread(ctx: ProbeContext, gs: GpuSet, failed: dict[str, Gpu]) -> Finding:
+    return finding(
+        ctx,
+        "probe.gpu_ecc",
+        Tag.UNKNOWN,
+        f"nvidia-smi could not read the ECC state of {_names(list(failed.values()))} (it printed an error "
+        "where the mode or the counters belong): cannot judge the GPU memory; a driver that cannot read ECC "
+        "often means the GPU itself is in trouble: read the kernel log for an Xid",
+        priority=Priority.P1,
+        section="G.1",
+        evidence=_evidence(gs, [], list(failed)),
+    )
+
+
 def _ecc_needs_more(gs: GpuSet) -> Callable[[Gpu], bool]:
     complete = gs.csv_has(*_ECC_COLUMNS)
     return lambda gpu: gpu.row is None or not complete
@@ -701,11 +737,14 @@ def check_gpu_ecc(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
         return [_ecc_passed(ctx, gs, len(gpus), clear, "")]
     states = [_ecc_state(gs, g) for g in gpus]
     judged = [s for s in states if s.judged]
+    failed_reads = _ecc_read_failures([s.gpu for s in states if not s.judged])
     if not judged:
+        if failed_reads:
+            return [_ecc_unread(ctx, gs, failed_reads)]
         if gs.truncated_items:
             raise NotApplicable("the ECC counters are missing from the output (output truncated): cannot judge")
         raise NotApplicable("no GPU reports ECC counters ([N/A]): ECC is disabled or not supported")
-    findings: list[Finding] = []
+    findings: list[Finding] = [_ecc_unread(ctx, gs, failed_reads)] if failed_reads else []
     volatile = [s for s in judged if s.count(s.unc_volatile) > 0]
     if volatile:
         counts = ", ".join(f"{s.gpu.label}: {s.count(s.unc_volatile)}" for s in volatile)
@@ -726,6 +765,10 @@ def check_gpu_ecc(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
                 _ecc_commands(),
             )
         )
+    # uncorrectable errors in the lifetime (aggregate) counters only, none since the driver loaded: NVIDIA's
+    # memory error management takes the faulty rows or pages out of service at the reset that follows, and the
+    # lifetime counter never goes down, so it says nothing about the memory now (§ G.1.a: "fine now"); a
+    # remap or retirement that did not happen is the pending and failure checks' business
     historic = [
         s
         for s in judged
@@ -733,24 +776,6 @@ def check_gpu_ecc(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
         and s not in volatile
         and (s.unc_volatile is None or s.count(s.unc_volatile) == 0)
     ]
-    if historic:
-        counts = ", ".join(f"{s.gpu.label}: {s.count(s.unc_aggregate)}" for s in historic)
-        findings.append(
-            _problem(
-                ctx,
-                check,
-                Tag.WARN,
-                Priority.P2,
-                "G.1",
-                f"uncorrectable ECC errors in the lifetime counters only (none since the driver loaded) on "
-                f"{counts}: past faults, already handled by remapping or retirement",
-                _evidence(gs, [s.unc_aggregate for s in historic if s.unc_aggregate]),
-                "investigate",
-                "The aggregate counters keep every uncorrectable error the GPU ever had; with the volatile "
-                "counter at zero the memory was repaired at the last reset. Watch for recurrence.",
-                _ecc_commands(),
-            )
-        )
     pending = [s for s in judged if s.retire_pending is not None and s.retire_pending.value is True]
     if pending:
         findings.append(
@@ -803,7 +828,14 @@ def check_gpu_ecc(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
         note = "; correctable errors (background unless the rate grows) on " + ", ".join(
             f"{s.gpu.label}: {s.count(s.cor_volatile) or s.count(s.cor_aggregate)}" for s in corrected
         )
+    if historic:
+        note += (
+            "; uncorrectable errors in the lifetime counters only (none since the driver loaded: past faults, "
+            "their memory taken out of service at a reset) on "
+            + ", ".join(f"{s.gpu.label}: {s.count(s.unc_aggregate)}" for s in historic)
+        )
     facts = [f for s in judged for f in (s.unc_volatile or s.unc_aggregate,) if f]
+    facts += [f for s in historic if (f := s.unc_aggregate)]
     facts += [f for s in corrected for f in (s.cor_volatile or s.cor_aggregate,) if f]
     return [_ecc_passed(ctx, gs, len(judged), facts, note)]
 
@@ -989,7 +1021,8 @@ def check_gpu_row_remap(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
             finding(
                 ctx,
                 check,
-                Tag.INFO,
+                # NVIDIA's memory error guide and § G.1.a: remapped rows with nothing pending are in use, fine now
+                Tag.INFO if coverage else Tag.PASS,
                 f"rows already remapped after uncorrectable errors on {counts}; nothing pending and no failure, "
                 f"healthy now (a high count across many nodes is a cohort signal){coverage}",
                 section="G.1.a",

@@ -457,10 +457,15 @@ _DRIVER_SIGNALS: tuple[DriverSignal, ...] = (
     ),
     DriverSignal(
         "nvlink_training",
-        "NVLink link training failed",
-        # the driver's text for Xid 136 (ALI_TRAINING_FAIL): "NVLink: Link training failed for link N(...)"
+        "NVLink links did not come up (training or discovery failed)",
+        # the driver's text for Xid 136 (ALI_TRAINING_FAIL): "NVLink: Link training failed for link N(...)";
+        # and a knvlink* routine of the driver's NVLink core reporting a failure while it discovers or trains
+        # links, with no Xid ("NVRM: knvlinkDiscoverPostRxDetLinks_GH100: Getting peer0's postRxDetLinkMask
+        # failed!", open-gpu-kernel-modules kernel_nvlink_gh100.c, where the call then returns an error)
         re.compile(
-            r"NVLink\b[^\n]{0,80}\btraining fail|nvlink[^\n]{0,80}failed to train|LinkTrainingFailed", re.IGNORECASE
+            r"NVLink\b[^\n]{0,80}\btraining fail|nvlink[^\n]{0,80}failed to train|LinkTrainingFailed"
+            r"|\bknvlink\w+:[^\n]{0,160}\bfailed\b",
+            re.IGNORECASE,
         ),
         frozenset({136}),
         Priority.P1,
@@ -492,6 +497,7 @@ _DRIVER_WORDS = (
     "IRQ",
     "raining",
     "train",
+    "nvlink",
 )
 
 
@@ -931,9 +937,13 @@ def scan_faults(selected: Recent) -> BootFaults:
 def _trace_context(found: BootFaults, kind: str, raws: tuple[str, ...], index: int) -> None:
     modules: dict[str, None] = {}
     frames: list[str] = []
+    in_trace = False  # frames count only under a "Call Trace:" line ("... at func+0x../0x.. [xfs]" is no trace)
     for raw in raws[index + 1 : index + 1 + TRACE_LOOKAHEAD]:
         if "---[ end" in raw:
             break
+        if not in_trace:
+            in_trace = "call trace:" in raw.lower()
+            continue
         if "+0x" in raw and (m := _FRAME_MODULE.search(raw)):
             if m.group(1) not in modules:
                 frames.append(raw.rstrip())
