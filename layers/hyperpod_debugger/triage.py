@@ -96,9 +96,13 @@ def _coverage_of(clients: AwsClients) -> Callable[..., Coverage]:
     run began (the monitor reuses its clients across warm invocations)."""
     before = Counter(clients.calls)
 
-    def coverage(checks: list[CheckCoverage], probed: list[str] | None = None) -> Coverage:
+    def coverage(
+        checks: list[CheckCoverage], probed: list[str] | None = None, software: dict[str, dict[str, str]] | None = None
+    ) -> Coverage:
         made = Counter(clients.calls) - before
-        return Coverage(checks=checks, api_calls=dict(sorted(made.items())), probed_nodes=probed)
+        return Coverage(
+            checks=checks, api_calls=dict(sorted(made.items())), probed_nodes=probed, software=software or None
+        )
 
     return coverage
 
@@ -173,7 +177,7 @@ def _probe_one_node(
     findings = ladder.apply(
         probed.findings, ladder.Target.of(cluster), {node.instance_id: node}, controllers=controllers
     )
-    return build_report(req.node, now, ref, findings, coverage(probed.coverage, probed.probed))
+    return build_report(req.node, now, ref, findings, coverage(probed.coverage, probed.probed, probed.software))
 
 
 def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageReport:
@@ -212,7 +216,8 @@ def triage_with_observation(
     say("checking")
     findings, checks = run_checks(obs, ctx)
     acting = _hyperpods_verdict(req, obs, findings, checks)
-    probed_nodes = _probe(req, clients, cluster, obs, now, findings, checks)
+    probed = _probe(req, clients, cluster, obs, now, findings, checks)
+    probed_nodes, software = probed if probed else (None, None)
     refined = ladder.refine(findings, obs, ctx, acting=acting)
     verdicts = ladder.verdicts(refined, obs, ctx, acting=acting)
     acted_on = [v.instance_id for v in verdicts if v.verdict in RUNGS]
@@ -222,7 +227,8 @@ def triage_with_observation(
         occupancy = _occupancy(clients, obs, acted_on)
         refined = ladder.refine(findings, obs, ctx, acting=acting, occupancy=occupancy)
         verdicts = ladder.verdicts(refined, obs, ctx, acting=acting, occupancy=occupancy)
-    return build_report(req.node, now, ref, refined, coverage(checks, probed_nodes), verdicts=verdicts), obs
+    report = build_report(req.node, now, ref, refined, coverage(checks, probed_nodes, software), verdicts=verdicts)
+    return report, obs
 
 
 def _occupancy(clients: AwsClients, obs: ClusterObservation, ids: list[str]) -> dict[str, Observed[Occupancy]]:
@@ -394,8 +400,9 @@ def _probe(
     now: datetime,
     findings: list[Finding],
     checks: list[CheckCoverage],
-) -> list[str] | None:
-    """The on-node probes (suspects first), their findings and coverage added; the nodes probed."""
+) -> tuple[list[str], dict[str, dict[str, str]]] | None:
+    """The on-node probes (suspects first), their findings and coverage added; the nodes probed and what each
+    runs (None: no probe ran)."""
     if req.probe and req.probe_options.max_nodes <= 0:
         reason = "no node probes in this run (max 0 nodes): they run separately, in batches"
         checks.append(CheckCoverage(check="probe.session", status=CheckStatus.SKIPPED, reason=reason))
@@ -416,7 +423,7 @@ def _probe(
     )
     findings += probed.findings
     checks += probed.coverage
-    return probed.probed
+    return probed.probed, probed.software
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,4 +481,4 @@ def run_probe_batch(req: ProbeBatchRequest, clients: AwsClients | None = None) -
         recovering=dict(req.recovering),
         controllers=set(req.controllers),
     )
-    return build_report(None, now, ref, findings, coverage(probed.coverage, probed.probed))
+    return build_report(None, now, ref, findings, coverage(probed.coverage, probed.probed, probed.software))

@@ -280,3 +280,61 @@ def test_a_skew_a_batch_found_stays_open_when_a_later_batch_sees_part_of_the_gro
     # THEN the stored skew is still open: a partial view resolves nothing
     after = store.open_findings(cluster.arn)
     assert all(after[f.fingerprint].state is State.OPEN for f in skews)
+
+
+def test_a_skew_split_across_batches_is_found_by_the_next_cluster_step_from_what_the_batches_recorded(
+    world, monkeypatch
+):
+    # GIVEN batches of one node each: no batch can compare gpu-workers 0 (NVIDIA driver 535.183.01) with
+    # gpu-workers 1 (550.127.05), as when replacements are probed first, together, apart from their peers (§ E)
+    demo, store = world
+    cluster = demo.eks
+    monkeypatch.setenv("PROBE_BATCH_SIZE", "1")
+    env_module.clear_env_cache()
+    plan = handlers.sweep_cluster(sweep_input(cluster), sweep_context())
+    for batch in map_items(plan):
+        handlers.probe_batch(batch, sweep_context())
+    skews = [f for f in store.open_findings(cluster.arn).values() if f.check == "probe.software_skew"]
+    assert skews == []
+    # each batch recorded what its node runs
+    records = store.probe_records(cluster.arn)
+    old, new = cluster.nodes["gpu-workers"][0], cluster.nodes["gpu-workers"][1]
+    assert records[old][1]["nvidia_driver"] == "535.183.01" and records[new][1]["nvidia_driver"] == "550.127.05"
+
+    # WHEN the next sweep's cluster step runs
+    handlers.sweep_cluster({**sweep_input(cluster), "sweep_id": "sweep-2"}, sweep_context())
+
+    # THEN it compares the whole group from those records and opens the skew, once, for the group
+    skews = [f for f in store.open_findings(cluster.arn).values() if f.check == "probe.software_skew"]
+    assert [(f.instance_group, f.instance_id, f.tag) for f in skews] == [("gpu-workers", None, Tag.FAIL)]
+    assert "535.183.01" in skews[0].message and "550.127.05" in skews[0].message
+    assert any(old in line for line in skews[0].evidence)
+
+    # AND once the odd node runs its peers' stack (as its next probe records), the following cluster step,
+    # which sees every Running node of the group, resolves it
+    later = datetime.now(UTC)
+    store.record_probed(cluster.arn, [old], later, {old: records[new][1]})
+    handlers.sweep_cluster({**sweep_input(cluster), "sweep_id": "sweep-3"}, sweep_context())
+    assert store.open_findings(cluster.arn, include_resolved=True)[skews[0].fingerprint].state is State.RESOLVED
+
+
+def test_a_node_without_a_fresh_record_makes_the_recorded_view_partial_and_resolves_nothing(world, monkeypatch):
+    # GIVEN a skew the cluster step found from the batches' records
+    demo, store = world
+    cluster = demo.eks
+    monkeypatch.setenv("PROBE_BATCH_SIZE", "1")
+    env_module.clear_env_cache()
+    for batch in map_items(handlers.sweep_cluster(sweep_input(cluster), sweep_context())):
+        handlers.probe_batch(batch, sweep_context())
+    handlers.sweep_cluster({**sweep_input(cluster), "sweep_id": "sweep-2"}, sweep_context())
+    [skew] = [f for f in store.open_findings(cluster.arn).values() if f.check == "probe.software_skew"]
+    old, new = cluster.nodes["gpu-workers"][0], cluster.nodes["gpu-workers"][1]
+
+    # WHEN the node on the majority's stack has only a record older than the rotation's period (a day)
+    records = store.probe_records(cluster.arn)
+    store.record_probed(cluster.arn, [new], datetime(2020, 1, 1, tzinfo=UTC), {new: records[new][1]})
+    store.record_probed(cluster.arn, [old], datetime.now(UTC), {old: records[new][1]})
+    handlers.sweep_cluster({**sweep_input(cluster), "sweep_id": "sweep-3"}, sweep_context())
+
+    # THEN one fresh record is no comparison, and a partial view leaves the stored skew open
+    assert store.open_findings(cluster.arn)[skew.fingerprint].state is State.OPEN

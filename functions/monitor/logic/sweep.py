@@ -4,13 +4,13 @@ the state machine) and one probe batch (its nodes probed, their findings written
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from functions.monitor.logic.incidents import IncidentsPort, reconcile, run_scope
-from hyperpod_debugger.domain.model import TriageReport
+from hyperpod_debugger.domain.model import CheckStatus, TriageReport
 from hyperpod_debugger.domain.observations import ClusterObservation
 from hyperpod_debugger.lifecycle import health
 from hyperpod_debugger.lifecycle.budget import ClusterShare
@@ -25,7 +25,8 @@ from hyperpod_debugger.lifecycle.findings import (
 )
 from hyperpod_debugger.lifecycle.health import ClusterHealth
 from hyperpod_debugger.lifecycle.incidents import REPAIR_GRACE
-from hyperpod_debugger.lifecycle.rotation import RotationPlan, describe_node, node_of, plan_rotation
+from hyperpod_debugger.lifecycle.rotation import PROBEABLE, RotationPlan, describe_node, node_of, plan_rotation
+from hyperpod_debugger.probe.consistency import compare_recorded
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.remediation import ladder
 from hyperpod_debugger.triage import ProbeBatchRequest, TriageRequest
@@ -153,9 +154,15 @@ class SweepStore(Protocol):
 
     def apply(self, plan: SweepPlan, now: datetime) -> list[Transition]: ...
 
-    def last_probed(self, cluster_arn: str) -> dict[str, datetime]: ...
+    def probe_records(self, cluster_arn: str) -> dict[str, tuple[datetime, dict[str, str]]]: ...
 
-    def record_probed(self, cluster_arn: str, instance_ids: list[str], now: datetime) -> object: ...
+    def record_probed(
+        self,
+        cluster_arn: str,
+        instance_ids: list[str],
+        now: datetime,
+        software: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> object: ...
 
     def put_plan(self, cluster_arn: str, sweep_id: str, batches: list[dict[str, Any]], now: datetime) -> int: ...
 
@@ -236,6 +243,9 @@ def sweep_cluster(
         return SweepResult("error", request.cluster, error=message)
     arn = report.cluster.arn or request.cluster
     present = frozenset(n.instance_id for n in obs.nodes.value or ()) if obs.nodes.available else None
+    records = store.probe_records(arn)
+    if settings is not None and obs.nodes.available:
+        report = with_recorded_skew(report, obs, records, now, _period(settings, now))
     plan = plan_sweep(store.open_findings(arn), report, now, nodes_present=present, trigger=SWEEP)
     transitions = store.apply(plan, now)
     result = SweepResult(
@@ -253,7 +263,7 @@ def sweep_cluster(
             trigger=SWEEP.what,
             repair_grace=repair_grace,
         )
-    held, probed_at = store.open_findings(arn), store.last_probed(arn)
+    held, probed_at = store.open_findings(arn), {iid: when for iid, (when, _) in records.items()}
     if obs.nodes.available:
         nodes = list(obs.nodes.value or ())
         period = None if settings is None else _period(settings, now)
@@ -275,6 +285,31 @@ def sweep_cluster(
         share = chosen.share
         result.concurrency = share.concurrency if share is not None else max(1, len(stored))
     return result
+
+
+def with_recorded_skew(
+    report: TriageReport,
+    obs: ClusterObservation,
+    records: Mapping[str, tuple[datetime, Mapping[str, str]]],
+    now: datetime,
+    period: timedelta,
+) -> TriageReport:
+    """The cluster step's report with § E compared over the whole of each group: the versions the probe
+    batches recorded for the nodes Running now, none older than the rotation's period. A batch compares only
+    its own nodes; this sees a skew whose odd nodes were all probed in one batch."""
+    running = [n for n in obs.nodes.value or () if n.status in PROBEABLE]
+    findings, coverage = compare_recorded(records, running, obs.cluster, now=now, period=period)
+    if not any(entry.status is CheckStatus.RAN for entry in coverage):
+        return report  # nothing recorded yet (a first sweep, an older probe): the batches compare as before
+    everything = [*report.findings, *findings]
+    return report.model_copy(
+        update={
+            "findings": everything,
+            "coverage": report.coverage.model_copy(update={"checks": [*report.coverage.checks, *coverage]}),
+            "summary": TriageReport.summarise(everything),
+            "exit_code": TriageReport.exit_code_for(everything, report.error),
+        }
+    )
 
 
 def _period(settings: RotationSettings | Callable[[datetime], RotationSettings], now: datetime) -> timedelta:
@@ -351,5 +386,5 @@ def probe_batch(
             repair_grace=repair_grace,
         )
     probed = list(report.coverage.probed_nodes or [])
-    store.record_probed(request.cluster, probed, request.now)
+    store.record_probed(request.cluster, probed, request.now, report.coverage.software)
     return BatchResult("processed", request.cluster, len(request.nodes), probed, transitions)

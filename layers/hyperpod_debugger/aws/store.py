@@ -12,8 +12,9 @@ Item layout (single table, ``pk`` / ``sk`` strings):
 * sweep coverage: ``pk=CLUSTER#<arn>``, ``sk=SWEEP#<iso time>``: checks ran / skipped / unknown
   (counts and lists), transitions applied, ``expires_at``.
 * probe rotation: ``pk=CLUSTER#<arn>``, ``sk=PROBED#<instance id>``: when the node's probe document
-  was last evaluated (``probed_at``); ``expires_at`` lets records of departed nodes lapse. Plain
-  puts: the newest time wins and a lost race only moves the node's next probe by one sweep.
+  was last evaluated (``probed_at``) and what it ran then (``versions``: component → version, § E, for the
+  sweep's whole-group comparison); ``expires_at`` lets records of departed nodes lapse. Plain puts: the
+  newest time wins and a lost race only moves the node's next probe by one sweep.
 
 A transition writes its finding item and its history item in one transaction. A
 ``ConditionalCheckFailed`` means another writer got there first: the transition is dropped, no
@@ -23,6 +24,7 @@ error and no notification. Throttling is retried by the clients' adaptive retry 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -330,18 +332,27 @@ class FindingStore:
 
     def last_probed(self, cluster_arn: str) -> dict[str, datetime]:
         """Instance id → when its probe document was last evaluated (the sweep's rotation)."""
+        return {iid: when for iid, (when, _) in self.probe_records(cluster_arn).items()}
+
+    def probe_records(self, cluster_arn: str) -> dict[str, tuple[datetime, dict[str, str]]]:
+        """Instance id → (when its probe document was last evaluated, what it ran then: component → version,
+        empty where none was recorded). One Query over the cluster's ``PROBED#`` items."""
         items = self._query(
             "dynamodb:Query",
             KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
             ExpressionAttributeValues=typed({":pk": cluster_pk(cluster_arn), ":prefix": "PROBED#"}),
-            ProjectionExpression="sk, probed_at",
+            ProjectionExpression="sk, probed_at, #v",
+            ExpressionAttributeNames={"#v": "versions"},  # never mind DynamoDB's list of reserved words
         )
-        out: dict[str, datetime] = {}
+        out: dict[str, tuple[datetime, dict[str, str]]] = {}
         for item in items:
             try:
-                out[str(item["sk"]).removeprefix("PROBED#")] = parse_iso(str(item["probed_at"]))
+                when = parse_iso(str(item["probed_at"]))
             except (KeyError, ValueError):
                 continue  # a damaged record only makes that node due again
+            raw = item.get("versions")
+            table = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+            out[str(item["sk"]).removeprefix("PROBED#")] = (when, table)
         return out
 
     # --- writes --------------------------------------------------------------------------
@@ -384,26 +395,30 @@ class FindingStore:
             out["slots"] = int(out["slots"])
         return out
 
-    def record_probed(self, cluster_arn: str, instance_ids: list[str], now: datetime) -> int:
-        """Remember that these nodes were probed at ``now``; returns how many records were written."""
+    def record_probed(
+        self,
+        cluster_arn: str,
+        instance_ids: list[str],
+        now: datetime,
+        software: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> int:
+        """Remember that these nodes were probed at ``now``, with what each runs where it was read (``software``:
+        instance id → component → version, § E); returns how many records were written."""
         at = iso(now)
         expires = _epoch(now + PROBED_TTL)
-        requests = [
-            {
-                "PutRequest": {
-                    "Item": typed(
-                        {
-                            "pk": cluster_pk(cluster_arn),
-                            "sk": f"PROBED#{iid}",
-                            "item_type": "PROBED",
-                            "probed_at": at,
-                            "expires_at": expires,
-                        }
-                    )
-                }
+        software = software or {}
+        requests = []
+        for iid in dict.fromkeys(instance_ids):
+            item: dict[str, Any] = {
+                "pk": cluster_pk(cluster_arn),
+                "sk": f"PROBED#{iid}",
+                "item_type": "PROBED",
+                "probed_at": at,
+                "expires_at": expires,
             }
-            for iid in dict.fromkeys(instance_ids)
-        ]
+            if software.get(iid):
+                item["versions"] = {str(k): str(v) for k, v in software[iid].items()}
+            requests.append({"PutRequest": {"Item": typed(item)}})
         return self._batch_write(requests)
 
     def _batch_write(self, requests: list[dict[str, Any]]) -> int:

@@ -224,6 +224,12 @@ class Coverage(BaseModel):
         default=None,
         description="Instance ids whose on-node probe document was evaluated (null: no probing was attempted).",
     )
+    software: dict[str, dict[str, str]] | None = Field(
+        default=None,
+        description="What each probed node runs (§ E), by instance id: component (nvidia_driver, cuda_driver, "
+        "kernel, efa_installer, libfabric, aws_ofi_nccl, nccl, neuron_driver, …) → version, or 'none found' where "
+        "the node has none; components that could not be read are left out (null: no versions were read).",
+    )
 
 
 class ClusterRef(BaseModel):

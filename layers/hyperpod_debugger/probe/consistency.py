@@ -6,7 +6,9 @@ Pure: the nodes' version sets in (:mod:`hyperpod_debugger.probe.versions`), find
 needs several nodes' probe documents at once, so it runs where a probe run holds them all
 (:func:`hyperpod_debugger.probe.runner.probe_cluster`): over every probed node in ``triage``, and over the
 batch's nodes in the sweep's probe batches (the coverage says which; a partial view never resolves a stored
-skew, see :func:`compare`).
+skew, see :func:`compare`). Each batch also records what its nodes run, and the sweep's cluster step compares
+those records across the whole group (:func:`compare_recorded`): a skew whose odd nodes all fell in one batch
+is seen there.
 
 A node whose version of a component could not be read is listed as not read and is not counted: UNKNOWN is
 neither a vote for the majority nor a difference. The majority is not assumed right: the finding says which
@@ -15,13 +17,15 @@ version is the newer.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from hyperpod_debugger.domain.model import CheckCoverage, CheckStatus, Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.domain.observations import Cluster
-from hyperpod_debugger.probe.versions import COMPONENTS, SoftwareVersions, version_key
+from hyperpod_debugger.domain.observations import Cluster, ClusterNode
+from hyperpod_debugger.probe.parse.klog import window_label
+from hyperpod_debugger.probe.versions import COMPONENTS, Reading, SoftwareVersions, version_key
 from hyperpod_debugger.remediation.commands import describe_node, sagemaker_argv
 from hyperpod_debugger.remediation.suggest import IAC_WARNING, mutating
 
@@ -88,19 +92,67 @@ def _update_group(cluster: Cluster, group: str) -> SuggestedCommand:
     )
 
 
+def stored_form(versions: SoftwareVersions) -> dict[str, str]:
+    """What a node runs, as the sweep records it between batches: component → version, or ``none found``;
+    components that could not be read are left out (they are not known, so they are not recorded)."""
+    out: dict[str, str] = {}
+    for component, reading in versions:
+        if reading.state == "read" and reading.version:
+            out[component] = reading.version
+        elif reading.state == "absent":
+            out[component] = NONE_FOUND
+    return out
+
+
+def from_stored(table: Mapping[str, str], when: str) -> SoftwareVersions:
+    """:func:`stored_form` read back; ``when`` says where the versions come from (shown in the evidence)."""
+    readings = {
+        c: Reading("absent", detail=when) if v == NONE_FOUND else Reading("read", v, when)
+        for c, v in table.items()
+        if c in COMPONENTS and isinstance(v, str) and v
+    }
+    return SoftwareVersions(readings)
+
+
+def compare_recorded(
+    recorded: Mapping[str, tuple[datetime, Mapping[str, str]]],
+    running: Sequence[ClusterNode],
+    cluster: Cluster,
+    *,
+    now: datetime,
+    period: timedelta,
+) -> tuple[list[Finding], list[CheckCoverage]]:
+    """The sweep's whole-group view: the versions its probe batches recorded (instance id → (when, what)) of
+    the nodes Running now, none older than ``period`` (the rotation probes every node once per period), compared
+    per group. A skew whose odd nodes were all probed in one batch (replacements are probed first, together) is
+    seen here; a group with a Running node that has no fresh record is a partial view, which resolves no
+    stored skew."""
+    fresh = [
+        NodeVersions(node.instance_id, node.group, from_stored(table, f"probed {when:%Y-%m-%d %H:%M} UTC"))
+        for node in running
+        if (entry := recorded.get(node.instance_id)) is not None
+        for when, table in (entry,)
+        if table and timedelta(0) <= now - when <= period
+    ]
+    sizes = Counter(node.group for node in running)
+    return compare(fresh, cluster, group_sizes=dict(sizes), recorded=period)
+
+
 def compare(
     nodes: Sequence[NodeVersions],
     cluster: Cluster,
     *,
     group_sizes: dict[str, int] | None = None,
     partial: bool = False,
+    recorded: timedelta | None = None,
 ) -> tuple[list[Finding], list[CheckCoverage]]:
     """Per instance group: one FAIL P1 per skewed component, a PASS per group whose read nodes agree, one WARN
     P2 per component below its floor, an UNKNOWN where a group's versions could not be read on two nodes.
 
     ``group_sizes``: the Running nodes of each group in the cluster; when fewer were compared, the findings and
     the coverage say so, and the coverage names the compared nodes (so a partial view resolves no stored skew).
-    ``partial``: the nodes are a sample (a sweep batch) whatever the sizes say."""
+    ``partial``: the nodes are a sample (a sweep batch) whatever the sizes say. ``recorded``: the versions are
+    the records of the probes of that last period, not this run's documents (the words say so)."""
     by_group: dict[str, list[NodeVersions]] = defaultdict(list)
     for node in nodes:
         by_group[node.group].append(node)
@@ -111,7 +163,12 @@ def compare(
         members = sorted(by_group[group], key=lambda n: n.instance_id)
         size = (group_sizes or {}).get(group, len(members))
         scope = ""
-        if size > len(members):
+        if size > len(members) and recorded is not None:
+            scope = (
+                f"{len(members)} of the {size} Running nodes of {group} have versions recorded by the probes of "
+                f"the last {window_label(recorded)}"
+            )
+        elif size > len(members):
             scope = f"{len(members)} of the {size} Running nodes of {group} were probed in this run"
         partial = partial or bool(scope)
         readable = [n for n in members if n.versions.any_read]
@@ -184,7 +241,11 @@ def compare(
                 )
             )
     where = "every probed node"
-    if partial:
+    if recorded is not None:
+        where = f"the versions the probes of the last {window_label(recorded)} recorded"
+        if partial:
+            where += " (not every Running node has one yet)"
+    elif partial:
         where = "the nodes probed in this run only (a sweep batch compares its own batch)"
     if not compared:
         status, reason = CheckStatus.SKIPPED, "no probed node reported its software versions"

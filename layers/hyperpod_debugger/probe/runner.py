@@ -208,11 +208,18 @@ class ProbeRun:
     probes: list[NodeProbe]
     #: how the StartSession calls were paced (None: no session was asked for)
     pace: PaceReport | None = None
+    #: what each probed node runs (§ E), as read from its document
+    versions: list[consistency.NodeVersions] = field(default_factory=list)
 
     @property
     def probed(self) -> list[str]:
         """Nodes whose probe document was evaluated: only their on-node findings may be resolved."""
         return [p.node.instance_id for p in self.probes if p.doc is not None]
+
+    @property
+    def software(self) -> dict[str, dict[str, str]]:
+        """Instance id → component → version (or "none found"), for the nodes whose versions were read."""
+        return {n.instance_id: table for n in self.versions if (table := consistency.stored_form(n.versions))}
 
 
 def select_nodes(
@@ -394,4 +401,4 @@ def probe_cluster(
         reason = detail if not reasons.get(check) else f"{detail}; e.g. {reasons[check]}"
         coverage.append(CheckCoverage(check=check, status=status, reason=reason))
     coverage += skew_coverage
-    return ProbeRun(findings, coverage, probes, paced)
+    return ProbeRun(findings, coverage, probes, paced, fleet_versions)
