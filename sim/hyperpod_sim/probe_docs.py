@@ -32,15 +32,17 @@ FAULTS = frozenset(
     }
 )
 
-#: The software the simulated nodes run (§ E): one HyperPod AMI release, and the driver a node left behind runs.
-DRIVER, OLD_DRIVER = "550.127.05", "535.183.01"
+#: The software the simulated nodes run (§ E): the HyperPod AMI release for EKS of October 22, 2025 (NVIDIA
+#: driver 580.95.05, EFA installer 1.43.3 with libfabric 2.1.0amzn5.0 and aws-ofi-nccl 1.16.3, default CUDA
+#: 12.9), and the driver its Amazon Linux 2 build ran, on the node a partial patch left behind.
+DRIVER, OLD_DRIVER = "580.95.05", "570.195.03"
 _SOFTWARE = {
     "kernel": "5.15.0-1063-aws",
-    "cuda": "12.4.1",
-    "efa_installer": "1.43.1",
-    "libfabric": "2.1.0amzn3.0",
-    "aws_ofi_nccl": "1.15.0-aws",
-    "nccl": "2.23.4",
+    "cuda": "12.9.1",
+    "efa_installer": "1.43.3",
+    "libfabric": "2.1.0amzn5.0",
+    "aws_ofi_nccl": "1.16.3-aws",
+    "nccl": "2.27.5",
 }
 
 _GPU_HEADER = (
@@ -187,7 +189,7 @@ def _software(gpus: int, efa_devices: int, faults: set[str]) -> str:
         driver = OLD_DRIVER if "old_driver" in faults else DRIVER
         lines.append(
             f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {driver}  Release Build  "
-            "(dvs-builder@U16-I3-B03-4-3)  Tue Oct  8 03:22:07 UTC 2024"
+            "(dvs-builder@U16-I3-B03-4-3)  Wed Oct  1 04:12:31 UTC 2025"
         )
     lines.append("== cuda")
     if gpus:

@@ -67,7 +67,7 @@ def test_triage_probes_running_nodes_and_reports_on_node_faults(world):
 
 
 def test_triage_names_the_node_of_gpu_workers_left_on_an_older_driver(world):
-    # GIVEN the demo's gpu-workers 0 runs NVIDIA driver 535.183.01 and gpu-workers 1 runs 550.127.05 (§ E)
+    # GIVEN the demo's gpu-workers 0 runs NVIDIA driver 570.195.03 and gpu-workers 1 runs 580.95.05 (§ E)
     demo, _, _, now = world
     report = _triage(demo.eks, now)
     skews = [f for f in report.findings if f.check == "probe.software_skew" and f.is_problem]
@@ -75,10 +75,10 @@ def test_triage_names_the_node_of_gpu_workers_left_on_an_older_driver(world):
     [skew] = skews
     assert skew.tag is Tag.FAIL and skew.priority is not None and skew.priority.value == "P1"
     assert skew.section == "E" and skew.instance_group == "gpu-workers"
-    assert skew.message == "1 of 2 nodes of gpu-workers run NVIDIA driver 535.183.01; 1 run 550.127.05"
+    assert skew.message == "1 of 2 nodes of gpu-workers run NVIDIA driver 570.195.03; 1 run 580.95.05"
     old, new = demo.eks.nodes["gpu-workers"][0], demo.eks.nodes["gpu-workers"][1]
-    assert any(e.startswith("535.183.01") and old in e for e in skew.evidence)
-    assert any(e.startswith("550.127.05") and new in e for e in skew.evidence)
+    assert any(e.startswith("570.195.03") and old in e for e in skew.evidence)
+    assert any(e.startswith("580.95.05") and new in e for e in skew.evidence)
     assert any("update-cluster-software" in c.command and c.mutates for c in skew.suggested_commands)
     [covered] = [c for c in report.coverage.checks if c.check == "probe.software_skew"]
     assert covered.status.value == "ran"

@@ -260,7 +260,7 @@ def test_a_batch_reference_that_names_no_stored_plan_is_rejected_with_its_reason
 
 
 def test_a_skew_a_batch_found_stays_open_when_a_later_batch_sees_part_of_the_group(world):
-    # GIVEN the sweep's batches probed gpu-workers 0 (NVIDIA driver 535.183.01) and 1 (550.127.05) together (§ E)
+    # GIVEN the sweep's batches probed gpu-workers 0 (NVIDIA driver 570.195.03) and 1 (580.95.05) together (§ E)
     demo, store = world
     cluster = demo.eks
     plan = handlers.sweep_cluster(sweep_input(cluster), sweep_context())
@@ -285,8 +285,8 @@ def test_a_skew_a_batch_found_stays_open_when_a_later_batch_sees_part_of_the_gro
 def test_a_skew_split_across_batches_is_found_by_the_next_cluster_step_from_what_the_batches_recorded(
     world, monkeypatch
 ):
-    # GIVEN batches of one node each: no batch can compare gpu-workers 0 (NVIDIA driver 535.183.01) with
-    # gpu-workers 1 (550.127.05), as when replacements are probed first, together, apart from their peers (§ E)
+    # GIVEN batches of one node each: no batch can compare gpu-workers 0 (NVIDIA driver 570.195.03) with
+    # gpu-workers 1 (580.95.05), as when replacements are probed first, together, apart from their peers (§ E)
     demo, store = world
     cluster = demo.eks
     monkeypatch.setenv("PROBE_BATCH_SIZE", "1")
@@ -299,7 +299,7 @@ def test_a_skew_split_across_batches_is_found_by_the_next_cluster_step_from_what
     # each batch recorded what its node runs
     records = store.probe_records(cluster.arn)
     old, new = cluster.nodes["gpu-workers"][0], cluster.nodes["gpu-workers"][1]
-    assert records[old][1]["nvidia_driver"] == "535.183.01" and records[new][1]["nvidia_driver"] == "550.127.05"
+    assert records[old][1]["nvidia_driver"] == "570.195.03" and records[new][1]["nvidia_driver"] == "580.95.05"
 
     # WHEN the next sweep's cluster step runs
     handlers.sweep_cluster({**sweep_input(cluster), "sweep_id": "sweep-2"}, sweep_context())
@@ -307,7 +307,7 @@ def test_a_skew_split_across_batches_is_found_by_the_next_cluster_step_from_what
     # THEN it compares the whole group from those records and opens the skew, once, for the group
     skews = [f for f in store.open_findings(cluster.arn).values() if f.check == "probe.software_skew"]
     assert [(f.instance_group, f.instance_id, f.tag) for f in skews] == [("gpu-workers", None, Tag.FAIL)]
-    assert "535.183.01" in skews[0].message and "550.127.05" in skews[0].message
+    assert "570.195.03" in skews[0].message and "580.95.05" in skews[0].message
     assert any(old in line for line in skews[0].evidence)
 
     # AND once the odd node runs its peers' stack (as its next probe records), the following cluster step,

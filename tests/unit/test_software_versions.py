@@ -38,10 +38,10 @@ CUDA_JSON = """file /usr/local/cuda/version.json
 
 def versions_text(
     *,
-    driver: str = "550.127.05",
+    driver: str = "580.95.05",
     efa: str = "1.38.0",
     libfabric: str = "1.22.0amzn5.0",
-    ofi: str = "1.13.2-aws",
+    ofi: str = "1.16.3-aws",
     nccl: str = "2.21.5",
     driver_part: str | None = None,
 ) -> str:
@@ -77,7 +77,7 @@ NVSMI_Q = """
 ==============NVSMI LOG==============
 
 Timestamp                                 : Fri Dec  4 12:00:00 2026
-Driver Version                            : 550.127.05
+Driver Version                            : 580.95.05
 CUDA Version                              : 12.4
 
 Attached GPUs                             : 8
@@ -117,7 +117,7 @@ def test_a_gpu_node_reads_every_component_it_has():
     v = parse(gpu_doc())
     got = {c: r.version for c, r in v if r.state == "read"}
     assert got == {
-        "nvidia_driver": "550.127.05",
+        "nvidia_driver": "580.95.05",
         "cuda_driver": "12.4",
         "cuda_toolkit": "12.4.1",
         "kernel": "5.15.0-1063-aws",
@@ -125,7 +125,7 @@ def test_a_gpu_node_reads_every_component_it_has():
         "efa_driver": "2.13.0g",
         "libfabric": "1.22.0amzn5.0",
         "efa_provider": "122.0",
-        "aws_ofi_nccl": "1.13.2-aws",
+        "aws_ofi_nccl": "1.16.3-aws",
         "nccl": "2.21.5",
     }
     assert v.get("neuron_driver").state == "absent" and v.get("neuron_runtime").state == "absent"
@@ -144,7 +144,7 @@ def test_the_proprietary_module_line_and_an_old_toolkit_are_read():
 
 def test_the_driver_falls_back_to_nvidia_smi_q_when_the_proc_file_is_not_there():
     v = parse(gpu_doc(driver_part=""))
-    assert (v.get("nvidia_driver").version, v.get("nvidia_driver").detail) == ("550.127.05", "nvidia-smi -q")
+    assert (v.get("nvidia_driver").version, v.get("nvidia_driver").detail) == ("580.95.05", "nvidia-smi -q")
 
 
 def test_a_document_without_the_item_is_unread_never_absent():
@@ -165,7 +165,7 @@ def test_a_timed_out_item_and_a_read_that_failed_are_unread():
 
 
 def test_a_plugin_without_a_version_string_is_unread():
-    text = versions_text().replace("aws-ofi-nccl 1.13.2-aws", "(not read: exit 1)")
+    text = versions_text().replace("aws-ofi-nccl 1.16.3-aws", "(not read: exit 1)")
     reading = parse(doc({"software_versions": text})).get("aws_ofi_nccl")
     assert reading.state == "unread" and "carries no version string" in reading.detail
 
@@ -183,7 +183,7 @@ def test_neuron_versions_and_a_runtime_with_only_its_major():
 
 
 def test_versions_order_by_their_numbers():
-    assert version_key("535.183.01") < version_key("550.127.05")
+    assert version_key("570.195.03") < version_key("580.95.05")
     assert version_key("1.9.0") < version_key("1.10.0")
     assert newer("2.18.3", "2.21.5") == "2.21.5"
 
@@ -200,16 +200,16 @@ def problems(findings):
 
 
 def test_three_of_64_on_an_older_driver_give_exactly_one_finding_naming_them():
-    nodes = fleet(64, {5: {"driver": "535.183.01"}, 17: {"driver": "535.183.01"}, 40: {"driver": "535.183.01"}})
+    nodes = fleet(64, {5: {"driver": "570.195.03"}, 17: {"driver": "570.195.03"}, 40: {"driver": "570.195.03"}})
     findings, coverage = compare(nodes, CLUSTER)
     [skew] = problems(findings)
     assert skew.tag is Tag.FAIL and skew.priority is Priority.P1 and skew.section == "E"
     assert skew.check == CHECK_SKEW and skew.instance_group == "gpu-workers" and skew.instance_id is None
-    assert skew.message == "3 of 64 nodes of gpu-workers run NVIDIA driver 535.183.01; 61 run 550.127.05"
-    odd_line = next(e for e in skew.evidence if e.startswith("535.183.01"))
+    assert skew.message == "3 of 64 nodes of gpu-workers run NVIDIA driver 570.195.03; 61 run 580.95.05"
+    odd_line = next(e for e in skew.evidence if e.startswith("570.195.03"))
     for i in (5, 17, 40):
         assert f"i-{i:017x}" in odd_line
-    assert "550.127.05 (the majority's) is the newer" in skew.evidence[0]
+    assert "580.95.05 (the majority's) is the newer" in skew.evidence[0]
     update = [c for c in skew.suggested_commands if "update-cluster-software" in c.command]
     assert update and update[0].mutates and "every node of instance group gpu-workers" in update[0].blast_radius
     assert "--instance-groups InstanceGroupName=gpu-workers" in update[0].command
@@ -219,11 +219,11 @@ def test_three_of_64_on_an_older_driver_give_exactly_one_finding_naming_them():
 
 
 def test_two_skewed_components_give_two_findings():
-    nodes = fleet(8, {2: {"driver": "535.183.01"}, 6: {"efa": "1.41.0", "libfabric": "1.22.0amzn5.0"}})
+    nodes = fleet(8, {2: {"driver": "570.195.03"}, 6: {"efa": "1.41.0", "libfabric": "1.22.0amzn5.0"}})
     skews = [f for f in problems(compare(nodes, CLUSTER)[0]) if f.check == CHECK_SKEW]
     assert sorted(f.message for f in skews) == [
         "1 of 8 nodes of gpu-workers run EFA installer 1.41.0; 7 run 1.38.0",
-        "1 of 8 nodes of gpu-workers run NVIDIA driver 535.183.01; 7 run 550.127.05",
+        "1 of 8 nodes of gpu-workers run NVIDIA driver 570.195.03; 7 run 580.95.05",
     ]
     efa = next(f for f in skews if "EFA" in f.message)
     assert "1.41.0 is the newer, not the majority's 1.38.0" in efa.evidence[0]
@@ -233,15 +233,15 @@ def test_all_equal_is_a_pass_naming_the_versions():
     findings, _ = compare(fleet(4), CLUSTER)
     assert problems(findings) == []
     [ok] = findings
-    assert ok.tag is Tag.PASS and "NVIDIA driver 550.127.05" in ok.message and "EFA installer 1.38.0" in ok.message
+    assert ok.tag is Tag.PASS and "NVIDIA driver 580.95.05" in ok.message and "EFA installer 1.38.0" in ok.message
     assert ok.message.startswith("The 4 compared nodes of gpu-workers run the same software")
 
 
 def test_unread_nodes_are_listed_and_not_counted():
-    nodes = fleet(8, {3: {"driver": "535.183.01"}})
+    nodes = fleet(8, {3: {"driver": "570.195.03"}})
     nodes += [NodeVersions("i-unread0000000001", "gpu-workers", parse(doc({"uptime": "1 1\n"})))]
     [skew] = problems(compare(nodes, CLUSTER)[0])
-    assert skew.message == "1 of 8 nodes of gpu-workers run NVIDIA driver 535.183.01; 7 run 550.127.05"
+    assert skew.message == "1 of 8 nodes of gpu-workers run NVIDIA driver 570.195.03; 7 run 580.95.05"
     assert any(e.startswith("1 not read (not counted): i-unread0000000001") for e in skew.evidence)
 
 
@@ -264,12 +264,12 @@ def test_an_ancient_efa_stack_passes_the_comparison_but_not_the_floor():
 
 
 def test_groups_are_compared_separately():
-    nodes = fleet(3, group="gpu-a") + fleet(3, {0: {"driver": "560.35.03"}}, group="gpu-b")
+    nodes = fleet(3, group="gpu-a") + fleet(3, {0: {"driver": "575.57.08"}}, group="gpu-b")
     nodes[3:] = [NodeVersions(n.instance_id + "b", n.group, n.versions) for n in nodes[3:]]
-    nodes[:3] = [NodeVersions(n.instance_id, n.group, parse(gpu_doc(driver="560.35.03"))) for n in nodes[:3]]
+    nodes[:3] = [NodeVersions(n.instance_id, n.group, parse(gpu_doc(driver="575.57.08"))) for n in nodes[:3]]
     [skew] = problems(compare(nodes, CLUSTER)[0])
     assert skew.instance_group == "gpu-b"
-    assert skew.message == "1 of 3 nodes of gpu-b run NVIDIA driver 560.35.03; 2 run 550.127.05"
+    assert skew.message == "1 of 3 nodes of gpu-b run NVIDIA driver 575.57.08; 2 run 580.95.05"
 
 
 def test_a_partial_view_names_its_nodes_so_it_resolves_no_stored_skew():
@@ -282,7 +282,7 @@ def test_a_partial_view_names_its_nodes_so_it_resolves_no_stored_skew():
 
 @pytest.mark.parametrize("hostile", ["g1;rm -rf /", "$(id)"])
 def test_group_names_are_quoted_in_the_command(hostile):
-    [skew] = problems(compare(fleet(2, {0: {"driver": "535.183.01"}}, group=hostile), CLUSTER)[0])
+    [skew] = problems(compare(fleet(2, {0: {"driver": "570.195.03"}}, group=hostile), CLUSTER)[0])
     update = next(c for c in skew.suggested_commands if "update-cluster-software" in c.command)
     assert f"'InstanceGroupName={hostile}'" in update.command
 
@@ -293,7 +293,7 @@ def test_the_update_command_is_in_the_sagemaker_api_model():
     from botocore import xform_name
 
     model = botocore.session.get_session().get_service_model("sagemaker")
-    [skew] = problems(compare(fleet(2, {0: {"driver": "535.183.01"}}), CLUSTER)[0])
+    [skew] = problems(compare(fleet(2, {0: {"driver": "570.195.03"}}), CLUSTER)[0])
     for command in skew.suggested_commands:
         words = command.command.split()
         names = {xform_name(n, "-"): n for n in model.operation_names}
@@ -304,9 +304,30 @@ def test_the_update_command_is_in_the_sagemaker_api_model():
 
 
 def test_two_nodes_that_differ_have_no_majority():
-    [skew] = problems(compare(fleet(2, {0: {"driver": "535.183.01"}}), CLUSTER)[0])
-    assert skew.message == "1 of 2 nodes of gpu-workers run NVIDIA driver 535.183.01; 1 run 550.127.05"
-    assert skew.evidence[0] == "no majority: 550.127.05 is the newer"
-    [rest] = [f for f in compare(fleet(2, {0: {"driver": "535.183.01"}}), CLUSTER)[0] if f.tag is Tag.PASS]
+    [skew] = problems(compare(fleet(2, {0: {"driver": "570.195.03"}}), CLUSTER)[0])
+    assert skew.message == "1 of 2 nodes of gpu-workers run NVIDIA driver 570.195.03; 1 run 580.95.05"
+    assert skew.evidence[0] == "no majority: 580.95.05 is the newer"
+    [rest] = [f for f in compare(fleet(2, {0: {"driver": "570.195.03"}}), CLUSTER)[0] if f.tag is Tag.PASS]
     assert rest.message.startswith("The 2 compared nodes of gpu-workers agree on the rest of their software: ")
     assert "NVIDIA driver" not in rest.message and "NCCL 2.21.5" in rest.message
+
+
+# the floors' values come from the HyperPod AMI release notes for EKS (October-November 2025: NVIDIA driver
+# 570.195.03 on the Amazon Linux 2 builds, aws-ofi-nccl 1.16.3), not from the table under test
+@pytest.mark.parametrize(
+    ("odd", "expected"),
+    [
+        ({"driver": "550.163.01"}, "2 node(s) of gpu-workers run NVIDIA driver 550.163.01, older than 570.195.03"),
+        ({"ofi": "1.15.0-aws"}, "2 node(s) of gpu-workers run aws-ofi-nccl 1.15.0-aws, older than 1.16.3"),
+    ],
+)
+def test_a_stack_older_than_every_hyperpod_ami_of_the_last_year_is_below_the_floor(odd, expected):
+    findings, _ = compare(fleet(2, {0: odd, 1: odd}), CLUSTER)
+    [floor] = [f for f in findings if f.check == CHECK_FLOOR]
+    assert floor.message == expected and (floor.tag, floor.priority) == (Tag.WARN, Priority.P2)
+
+
+@pytest.mark.parametrize("odd", [{"driver": "570.195.03"}, {"driver": "580.126.09"}, {"ofi": "1.16.3-aws"}])
+def test_the_oldest_stack_a_current_ami_ships_and_newer_ones_are_not_below_the_floor(odd):
+    findings, _ = compare(fleet(2, {0: odd, 1: odd}), CLUSTER)
+    assert [f.message for f in findings if f.check == CHECK_FLOOR] == []

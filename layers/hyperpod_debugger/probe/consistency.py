@@ -45,12 +45,30 @@ class Floor:
 
 
 #: The oldest version of each component this tool accepts without a warning: a stack older than these is older
-#: than any current HyperPod AMI ships. Only components with a dated public source are listed (2026-12-04):
-#: the EFA installer's release notes list 1.51.0 (libfabric 2.7.0amzn2.0, aws-ofi-nccl 1.22.0) as current
-#: (2026-10-22); AWS ParallelCluster moved to EFA installer 1.38.0 (libfabric-aws 1.22.0, efa driver 2.13.0) in
-#: February 2025 (aws-parallelcluster-cookbook #2892). The floor is that February 2025 stack: a node below it
-#: runs an EFA stack more than a year and a half behind the installer's current release.
+#: than any HyperPod AMI released in the last year ships. Only components with a dated public AWS source are
+#: listed (read 2026-12-04):
+#:
+#: * NVIDIA driver 570.195.03: the Amazon Linux 2 builds of the HyperPod AMI releases for Amazon EKS of
+#:   October 22, October 29 and November 7, 2025 (SageMaker developer guide, "SageMaker HyperPod AMI releases for
+#:   Amazon EKS"); every later release with a stated driver ships 580.x (the Slurm releases of December 29, 2025
+#:   and January 25, 2026: 580.105.08, 580.126.09).
+#: * aws-ofi-nccl 1.16.3: the EKS release of October 22, 2025 (its ``ofi_nccl_version``); later releases carry
+#:   the EFA installer's 1.17.x and newer.
+#: * Neuron driver 2.23.9.0: the EKS release of September 29, 2025 (``aws-neuronx-dkms``); the Slurm releases
+#:   of December 2025 and January 2026 carry 2.25.4.0.
+#: * EFA installer 1.38.0, libfabric 1.22.0, EFA kernel driver 2.13.0: the stack AWS ParallelCluster adopted in
+#:   February 2025 (aws-parallelcluster-cookbook #2892); the EFA release notes list 1.51.0 as current
+#:   (2026-10-22), and every HyperPod release of the last year ships 1.43 or newer.
+#:
+#: No floor for CUDA (the default toolkit differs by AMI and lifecycle scripts repoint it), NCCL (no HyperPod
+#: page has stated it since August 2025) or the Neuron runtime (since August 2025): a guessed floor would warn
+#: on healthy nodes.
 FLOORS: dict[str, Floor] = {
+    "nvidia_driver": Floor(
+        "570.195.03", "HyperPod AMI for EKS (Amazon Linux 2), October-November 2025; current releases ship 580.x"
+    ),
+    "aws_ofi_nccl": Floor("1.16.3", "HyperPod AMI for EKS of October 22, 2025; current releases ship 1.17 or newer"),
+    "neuron_driver": Floor("2.23.9.0", "HyperPod AMI for EKS of September 29, 2025 (Slurm, January 2026: 2.25.4.0)"),
     "efa_installer": Floor("1.38.0", "EFA installer 1.38.0, February 2025 (current: 1.51.0, October 2026)"),
     "libfabric": Floor("1.22.0", "libfabric of EFA installer 1.38.0, February 2025 (current: 2.7.0amzn2.0)"),
     "efa_driver": Floor("2.13.0", "EFA kernel driver of EFA installer 1.38.0, February 2025 (current: 3.3.1)"),
