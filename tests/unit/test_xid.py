@@ -8,7 +8,7 @@ from typing import get_args
 
 import pytest
 
-from hyperpod_debugger.domain.xid import XID_TABLE, XidAction, XidClass, XidInfo, lookup, parse_xid_codes
+from hyperpod_debugger.domain.xid import XID_TABLE, XidAction, XidClass, XidInfo, decoded, lookup, parse_xid_codes
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "hyperpod"
 
@@ -19,7 +19,6 @@ REQUIRED_CODES = (
     43,
     45,
     48,
-    61,
     62,
     63,
     64,
@@ -96,21 +95,22 @@ def test_given_a_fault_a_reset_does_not_repair_when_classified_then_the_action_i
     assert lookup(code).is_hardware
 
 
-@pytest.mark.parametrize("code", [48, 62, 71, 74, 95, 119, 120, 136, 140, 143, 149, 150])
+@pytest.mark.parametrize("code", [48, 62, 71, 74, 95, 119, 120, 136, 140, 143, 150])
 def test_given_a_fault_cleared_by_a_gpu_reset_when_classified_then_the_action_is_reboot(code: int) -> None:
     assert lookup(code).action == "reboot"
     assert lookup(code).is_hardware
 
 
-@pytest.mark.parametrize("code", [94, 163])
+@pytest.mark.parametrize("code", [92, 94, 157, 163])
 def test_given_a_contained_error_or_a_thermal_event_then_no_node_action(code: int) -> None:
     # NVIDIA's catalogue: 94 is contained (restart the application; the remap waits for the next reset);
-    # 163 is listed without an immediate action
+    # 92 (excessive single-bit rate) and 157 (retirement failure) are IGNORE / CONTACT_SUPPORT; 163 says no
+    # GPU reset is required
     assert lookup(code).action == "warn"
     assert not lookup(code).is_hardware and not lookup(code).is_application
 
 
-@pytest.mark.parametrize("code", [32, 61, 68, 92, 109, 144, 145, 146, 147, 148, 154])
+@pytest.mark.parametrize("code", [32, 68, 109, 144, 145, 146, 147, 148, 149, 154])
 def test_given_an_ambiguous_xid_when_classified_then_it_is_neither_hardware_nor_application(
     code: int,
 ) -> None:
@@ -199,3 +199,29 @@ def test_given_mixed_kernel_and_free_text_when_parsed_loosely_then_codes_keep_or
 @pytest.mark.parametrize("text", ["", "no gpu trouble here", "Xid (PCI:0000:b9:00): pending", "xidden 12"])
 def test_given_text_without_an_xid_code_when_parsed_then_the_result_is_empty(text: str) -> None:
     assert parse_xid_codes(text) == []
+
+
+def test_given_code_61_then_it_is_listed_as_unused_like_nvidias_catalogue() -> None:
+    assert 61 not in XID_TABLE and lookup(61).name == "listed as unused in NVIDIA's catalogue"
+
+
+@pytest.mark.parametrize(
+    ("line", "action"),
+    [
+        # the driver prints the severity after the sub-unit (NVIDIA's "XID 144-150 Decode": a link- or GPU-fatal
+        # error leaves the GPU to be drained and reset; a non-fatal one needs no immediate action)
+        ("NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x0 0x0)", "reboot"),
+        ("NVRM: Xid (PCI:0009:01:00): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 01 (0x021425c6 0x0 0x0)", "warn"),
+        ("NVRM: Xid (PCI:0000:3b:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 11 (0x0 0x0)", "warn"),
+        ("NVRM: Xid (PCI:0000:3b:00): 145, RLW_RXPIPE Fatal XC0 i0 Link 11 (0x0 0x0)", "reboot"),
+        ("NVRM: Xid (PCI:0000:3b:00): 149, (0x0 0x0)", "investigate"),
+    ],
+)
+def test_given_an_nvlink5_line_then_its_severity_word_decides_the_action(line: str, action: str) -> None:
+    [code] = parse_xid_codes(line)
+    assert decoded(lookup(code), [line]).action == action
+
+
+def test_given_an_nvlink5_code_named_by_xid_45_then_the_torn_down_channels_make_it_a_reset() -> None:
+    assert decoded(lookup(149), [], tore_down_channels=True).action == "reboot"
+    assert decoded(lookup(79), ["Nonfatal"]).action == lookup(79).action  # other codes are not decoded

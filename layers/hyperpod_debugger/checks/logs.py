@@ -16,7 +16,7 @@ from typing import Any
 from hyperpod_debugger.checks.base import Check, CheckContext, finding
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import ClusterObservation, LogEvent
-from hyperpod_debugger.domain.xid import XidInfo, lookup, parse_xid_codes
+from hyperpod_debugger.domain.xid import XidInfo, decoded, lookup, parse_xid_codes
 from hyperpod_debugger.remediation import commands as commands_
 from hyperpod_debugger.remediation.suggest import aws_argv, read_only
 
@@ -758,7 +758,10 @@ def check_hma(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
         else:
             by_reason.setdefault((node, detection.describe()), []).append(detection)
 
-    findings = [_xid_finding(obs, ctx, lookup(code), found) for (_, code), found in sorted(by_xid.items())]
+    findings = [
+        _xid_finding(obs, ctx, decoded(lookup(code), (d.message for d in found)), found)
+        for (_, code), found in sorted(by_xid.items())
+    ]
     findings += [_condition_finding(obs, ctx, reason, found) for (_, reason), found in sorted(by_reason.items())]
     if findings:
         return findings

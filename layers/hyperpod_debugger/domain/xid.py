@@ -17,7 +17,7 @@ buckets), mapped onto what a HyperPod operator can actually do with a node:
 ``warn``
     Worth knowing, no node action: a contained error the driver already dealt with (Xid 94: the
     process that touched the bad memory was stopped, the GPU keeps running, the row is remapped at
-    the next reset) or an event NVIDIA lists without an immediate action (Xid 163, thermal).
+    the next reset) or an event NVIDIA's catalogue says needs no reset (Xid 163, power smoothing).
 ``investigate``
     The catalogue does not settle it (the cause may be workload, driver or hardware, or the
     action depends on sub-codes we do not decode). Look at the full message and its
@@ -31,7 +31,8 @@ is rebooted once and replaced if it comes back, like every hardware code (the re
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Literal
 
 XidClass = Literal["application", "driver", "memory", "nvlink", "bus", "hardware", "informational", "unknown"]
@@ -70,8 +71,11 @@ def _entries(*rows: tuple[int, str, XidClass, XidAction]) -> dict[int, XidInfo]:
 #: https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (Ampere and newer), each code's
 #: "Resolution Bucket (Immediate Action)" and "(Investigatory Action)" columns; the spreadsheet rows as
 #: mirrored in leptonai/gpud components/accelerator/nvidia/xid/catalog_generated.go (generated from that
-#: page on 2025-10-29). The comment after each row gives NVIDIA's immediate / investigatory buckets;
-#: the class, action and wording are ours. Where we deviate from the bucket, the row says why.
+#: page on 2025-10-29). Every row was checked again on 2026-12-04 against a full-text copy of NVIDIA's page
+#: (the edition that ends at Xid 172), NVIDIA/NVSentinel's xiderrorsmapping.csv (immediate buckets) and the
+#: driver's nverror.h (open-gpu-kernel-modules 595.45.04, for the names of 173-176). The comment after each
+#: row gives NVIDIA's immediate / investigatory buckets; the class, action and wording are ours. Where we
+#: deviate from the bucket, the row says why.
 XID_TABLE: dict[int, XidInfo] = _entries(
     # --- faults raised by the workload (NVIDIA: RESTART_APP, then check the application / CUDA) -----
     (11, "invalid or corrupted push buffer stream", "application", "none-workload"),  # RESTART_APP / CHECK_APP
@@ -85,9 +89,10 @@ XID_TABLE: dict[int, XidInfo] = _entries(
     # --- ambiguous: workload, driver or hardware ------------------------------------------
     (8, "GPU stopped processing (channel idle timeout)", "driver", "investigate"),  # RESTART_APP / CONTACT_SUPPORT
     (32, "corrupted push buffer stream (PBDMA error)", "driver", "investigate"),  # RESTART_APP / CHECK_APP
-    (54, "auxiliary power not connected to the GPU board", "hardware", "investigate"),  # CHECK_MECHANICALS
+    # 54: NVIDIA asks to check the board's seating and connections, which no reboot does and only AWS can do
+    # on a cloud instance: the node is replaced
+    (54, "auxiliary power not connected to the GPU board", "hardware", "replace"),  # CHECK_MECHANICALS
     (60, "video processor (SEC2) exception", "hardware", "investigate"),  # RESTART_APP / INVESTIGATE_SW
-    (61, "internal micro-controller (PMU) breakpoint", "hardware", "investigate"),  # (older drivers)
     (68, "video decoder (NVDEC0) exception", "hardware", "investigate"),  # RESTART_APP / CONTACT_SUPPORT
     (78, "vGPU start error", "driver", "investigate"),  # UPDATE_SWFW
     # 109: NVIDIA's bucket is RESET_GPU, but a context-switch timeout is as often a job that hangs a
@@ -120,7 +125,8 @@ XID_TABLE: dict[int, XidInfo] = _entries(
         )
     ),
     *(
-        (code, f"{engine} exception", "hardware", "investigate")  # RESTART_APP / CONTACT_SUPPORT
+        # RESTART_APP / CONTACT_SUPPORT (142, GB200 only: CONTACT_SUPPORT alone)
+        (code, f"{engine} exception", "hardware", "investigate")
         for code, engine in (
             (82, "JPEG decoder (NVJPG0)"),
             (83, "video decoder (NVDEC1)"),
@@ -147,13 +153,15 @@ XID_TABLE: dict[int, XidInfo] = _entries(
     # 63: NVIDIA's buckets are IGNORE / IGNORE: a row was marked for remapping (it takes effect at the
     # next GPU reset). Alone it needs no node action; 64 (remap failed), 48 or 95 beside it do.
     (63, "memory row remapping / page retirement event", "memory", "warn"),  # IGNORE / IGNORE
+    # 64: NVIDIA's immediate bucket is RESET_GPU, but a reset adds no spare rows: a failed remap means the
+    # GPU has none left (NVIDIA's memory error management guide; § G.1.a: failure → drain and replace)
     (64, "memory row remapping / page retirement failure", "memory", "replace"),  # RESET_GPU / CONTACT_SUPPORT
-    (92, "excessive single-bit ECC error rate", "memory", "investigate"),  # IGNORE / CONTACT_SUPPORT
+    (92, "excessive single-bit ECC error rate", "memory", "warn"),  # IGNORE / CONTACT_SUPPORT
     (94, "contained uncorrectable ECC error", "memory", "warn"),  # RESTART_APP / IGNORE
     (95, "uncontained uncorrectable ECC error", "memory", "reboot"),  # RESET_GPU / IGNORE
     (140, "unrecovered ECC error", "memory", "reboot"),  # RESET_GPU / CONTACT_SUPPORT
     (156, "resource retirement event", "memory", "reboot"),  # RESET_GPU / IGNORE
-    (157, "resource retirement failure", "memory", "investigate"),  # IGNORE / CONTACT_SUPPORT
+    (157, "resource retirement failure (no spare left; work may go on)", "memory", "warn"),  # IGNORE / CONTACT_SUPPORT
     (168, "reduced GPU memory capacity (errors in the write-protected region)", "memory", "investigate"),  # none
     # 171/172 give the detail (DRAM or SRAM) of an uncorrectable error reported as Xid 48: treated as 48
     (171, "uncorrectable DRAM error (detail of Xid 48)", "memory", "reboot"),  # no bucket listed
@@ -192,24 +200,31 @@ XID_TABLE: dict[int, XidInfo] = _entries(
     # 137: IGNORE as the immediate action; NVIDIA's own flow (XID_137_FLOW) is investigatory
     (137, "NVLink privilege error", "nvlink", "warn"),  # IGNORE / XID_137_FLOW
     # 144-150: the action depends on the sub-unit and error status decoded from the message
-    # (WORKFLOW_NVLINK5_ERR); 149 and 150 are link- or GPU-fatal in most rows
+    # (WORKFLOW_NVLINK5_ERR): each line's severity word decides (:func:`decoded`); 149's rows mix RESET_GPU
+    # (fatal link events) with IGNORE (non-fatal bit-error-rate events)
     (144, "NVLink SAW error", "nvlink", "investigate"),
     (145, "NVLink RLW error", "nvlink", "investigate"),
     (146, "NVLink TLW error", "nvlink", "investigate"),
     (147, "NVLink TREX error", "nvlink", "investigate"),
     (148, "NVLink NVLPW control error", "nvlink", "investigate"),
-    (149, "NVLink NETIR error", "nvlink", "reboot"),
+    (149, "NVLink NETIR error", "nvlink", "investigate"),
     (150, "NVLink MSE error", "nvlink", "reboot"),
     (155, "NVLink software-defined error", "nvlink", "reboot"),  # RESET_GPU / INVESTIGATE_SW_USER
     (166, "NVLink encrypted-traffic error (confidential computing)", "nvlink", "investigate"),  # none listed
     (170, "NVLink interrupt in confidential-computing mode", "nvlink", "investigate"),  # none listed
     # --- informational ----------------------------------------------------------------------
     (154, "GPU recovery action changed", "informational", "investigate"),  # XID_154: read the action asked
-    # 162-165: the power-smoothing circuitry's state; NVIDIA lists no action for them
+    # 162-165: the power-smoothing circuitry's state; no bucket: NVIDIA's text says 163 needs no GPU reset and
+    # for 164/165 to expect replacing the GPU only where power smoothing is wanted: no node action here
     (162, "power smoothing circuitry re-engaged", "informational", "warn"),
     (163, "power smoothing circuitry disengaged", "informational", "warn"),
     (164, "power smoothing circuitry low lifetime reached", "informational", "warn"),
     (165, "power smoothing circuitry lifetime exhausted", "informational", "warn"),
+    # --- newer than the catalogue edition we read: names from the driver's nverror.h, action not yet published
+    (173, "C2C (chip-to-chip) fatal link failure", "nvlink", "investigate"),
+    (174, "channel reset with its process killed silently", "driver", "investigate"),
+    (175, "memory subsystem error", "memory", "investigate"),
+    (176, "PCIe correctable error fault", "bus", "investigate"),
 )
 
 #: Codes NVIDIA's catalogue lists as "Unused" (current drivers do not raise them).
@@ -227,6 +242,7 @@ UNUSED_CODES: frozenset[int] = frozenset(
         47,
         *range(49, 54),
         *range(55, 60),
+        61,
         65,
         73,
         81,
@@ -255,6 +271,29 @@ def lookup(code: int) -> XidInfo:
     if code in UNUSED_CODES:
         return XidInfo(code, "listed as unused in NVIDIA's catalogue", "unknown", "investigate")
     return XidInfo(code, "not in the catalogue", "unknown", "investigate")
+
+
+#: NVLink5 codes whose action NVIDIA decodes from the message (WORKFLOW_NVLINK5_ERR)
+NVLINK5_CODES: frozenset[int] = frozenset(range(144, 151))
+#: the severity word the driver prints after the sub-unit: "NETIR_LINK_EVT  Fatal", "RLW_RXPIPE Nonfatal"
+_NVLINK5_SEVERITY = re.compile(r"\b(Nonfatal|Non-fatal|Fatal)\b", re.IGNORECASE)
+
+
+def decoded(info: XidInfo, lines: Iterable[str], *, tore_down_channels: bool = False) -> XidInfo:
+    """An NVLink5 code (144-150) with the action its own lines decide. NVIDIA's catalogue ("XID 144-150
+    Decode", Severity) says a link- or GPU-fatal error leaves the GPU to be drained and reset, a non-fatal one
+    needs no immediate action; the driver prints the severity after the sub-unit. A fatal line, or the app
+    channels torn down because of it (Xid 45 naming it as their cause: a GPU-fatal error recovers every
+    channel), is a reset (reboot); only non-fatal lines are a warning; without either the table's
+    "investigate" stands. Other codes are returned as they are."""
+    if info.code not in NVLINK5_CODES:
+        return info
+    words = {m.group(1).lower().replace("-", "") for text in lines if (m := _NVLINK5_SEVERITY.search(text))}
+    if "fatal" in words or tore_down_channels:
+        return replace(info, action="reboot")
+    if words == {"nonfatal"}:
+        return replace(info, action="warn")
+    return info
 
 
 # Kernel / NVRM form: "NVRM: Xid (PCI:0000:b9:00): 71, pid=..." and the older

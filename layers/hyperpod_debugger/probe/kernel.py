@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from hyperpod_debugger.checks.base import Check
 from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag, trim_evidence
-from hyperpod_debugger.domain.xid import PREVIOUS_XID, SECONDARY_CODES, XidInfo, lookup, parse_xid_codes
+from hyperpod_debugger.domain.xid import PREVIOUS_XID, SECONDARY_CODES, XidInfo, decoded, lookup, parse_xid_codes
 from hyperpod_debugger.probe import catalog
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
 from hyperpod_debugger.probe.document import ProbeDocument
@@ -295,7 +295,8 @@ def _xid_finding(
     same_event: list[list[KernelLine]] | None = None,
 ) -> Finding:
     consequences = consequences or []
-    info = lookup(group.code)
+    torn_down = group.inferred_from == 45 or any(c.code == 45 for c in consequences)
+    info = decoded(lookup(group.code), (line.text for line in group.lines), tore_down_channels=torn_down)
     lines = group.lines
     gpus = ", ".join(group.gpus) or "unknown GPU"
     when = f" ({_span(lines)})" if any(line.time for line in lines) else ""
