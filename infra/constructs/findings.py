@@ -7,6 +7,9 @@ from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
 from infra.constants import (
+    GSI_BY_CLUSTER,
+    GSI_BY_CLUSTER_PK,
+    GSI_BY_CLUSTER_SK,
     GSI_BY_NODE,
     GSI_BY_NODE_PK,
     GSI_BY_NODE_SK,
@@ -48,7 +51,12 @@ class FindingsStore(Construct):
                     index_name=GSI_BY_NODE,
                     partition_key=_string(GSI_BY_NODE_PK),
                     sort_key=_string(GSI_BY_NODE_SK),
-                )
+                ),
+                dynamodb.GlobalSecondaryIndexPropsV2(
+                    index_name=GSI_BY_CLUSTER,
+                    partition_key=_string(GSI_BY_CLUSTER_PK),
+                    sort_key=_string(GSI_BY_CLUSTER_SK),
+                ),
             ],
             # the history outlives the stack (RETAIN) and a stray delete-table call (deletion protection): deleting
             # it takes turning the protection off first (README.md, "Remove the stack")

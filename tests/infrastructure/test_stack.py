@@ -184,10 +184,37 @@ def test_findings_table_keys_stream_ttl_pitr_gsi(template: Template):
                             {"AttributeName": c.GSI_BY_NODE_SK, "KeyType": "RANGE"},
                         ],
                     }
-                )
+                ),
+                Match.object_like(
+                    {
+                        "IndexName": c.GSI_BY_CLUSTER,
+                        "KeySchema": [
+                            {"AttributeName": c.GSI_BY_CLUSTER_PK, "KeyType": "HASH"},
+                            {"AttributeName": c.GSI_BY_CLUSTER_SK, "KeyType": "RANGE"},
+                        ],
+                    }
+                ),
             ],
         },
     )
+
+
+def test_the_indexes_the_store_queries_are_the_ones_the_stack_deploys(template: Template):
+    # the store (layers) names its indexes and writes their keys on its own; the stack (infra) declares them:
+    # a query on an index the template lacks fails only in AWS, so the two are held together here
+    from hyperpod_debugger.aws import store
+
+    [table] = [
+        r["Properties"]
+        for r in template.find_resources("AWS::DynamoDB::GlobalTable").values()
+        if "StreamSpecification" in r["Properties"]
+    ]
+    deployed = {
+        g["IndexName"]: tuple(k["AttributeName"] for k in g["KeySchema"]) for g in table["GlobalSecondaryIndexes"]
+    }
+    assert deployed == {store.NODE_INDEX: ("node_pk", "last_seen"), store.CLUSTER_INDEX: ("cluster_pk", "last_seen")}
+    kinds = {d["AttributeName"]: d["AttributeType"] for d in table["AttributeDefinitions"]}
+    assert {kinds[name] for keys in deployed.values() for name in keys} == {"S"}
 
 
 def test_idempotency_table_with_ttl(template: Template):

@@ -31,6 +31,7 @@ TOOLS = {
     "triage_cluster",
     "analyze_probe_output",
     "list_findings",
+    "findings_stats",
     "node_history",
     "read_runbook_section",
     "get_probe_script",
@@ -172,6 +173,19 @@ def test_findings_history_and_the_commands_of_a_finding(server, scene):
     assert [c["step"] for c in commands.structured_content["commands"]] == ["drain", "reboot"]
 
 
+def test_the_review_of_the_history_names_the_node_that_failed_twice(server, scene):
+    # the scene's node failed three days ago (an hour and a half) and again 20 h ago, still open
+    result = call(server, "findings_stats", {"cluster": scene.cluster.name, "days": 7})
+    assert not result.is_error, result.content
+    stats = result.structured_content
+    assert stats["repeat_offenders"] == [scene.node]
+    [node] = stats["nodes"]
+    assert node["incidents"] == 2 and node["open_since"] is not None
+    assert stats["time_to_resolve_hours"] == {"p50": 1.5, "p90": 1.5, "resolved": 1}
+    refused = call(server, "findings_stats", {"cluster": scene.cluster.name, "days": 365})
+    assert refused.is_error and "between 1 and 90" in str(refused.content)
+
+
 def test_the_runbook_and_the_probe_script(server):
     section = call(server, "read_runbook_section", {"section": "§ G.1.a"})
     assert not section.is_error, section.content
@@ -219,6 +233,7 @@ def test_no_call_any_tool_makes_needs_more_than_read_access(server, scene, monke
         fingerprint = listed.structured_content["findings"][0]["fingerprint"]
         await c.call_tool("node_history", {"node": scene.node, "region": scenarios.REGION})
         await c.call_tool("node_history", {"cluster": scene.cluster.arn})
+        await c.call_tool("findings_stats", {"cluster": scene.cluster.name})
         await c.call_tool("suggested_commands", {"cluster": scene.cluster.name, "fingerprint": fingerprint})
         await c.call_tool("draft_support_case", {"cluster": scene.cluster.name, "node": scene.node})
         await c.call_tool("read_runbook_section", {"section": "A"})

@@ -271,6 +271,17 @@ def build_server(
         )
         return structured_result(for_agent_model(found))
 
+    @tool("Findings history reviewed over a period", _READS_AWS, cluster_text=True)
+    def findings_stats(
+        cluster: str, table: str | None = None, region: str | None = None, days: int = 30, until: str | None = None
+    ) -> Annotated[CallToolResult, tools.FindingsStats]:
+        """A cluster's findings history over the last `days` (1-90, ending `until`, ISO 8601, default now):
+        repeat offenders (nodes with two or more incidents), incidents and node-hours unhealthy per instance
+        group and type, what fails most by check and by runbook section, time to resolve (p50/p90), and what is
+        still open. Use it for "which nodes keep failing" or a monthly reliability review."""
+        stats = run(lambda: tools.findings_stats(factory, cluster, table or server_table, region, days, until, profile))
+        return structured_result(for_agent_model(stats))
+
     @tool("History of a node's findings", _READS_AWS, cluster_text=True)
     def node_history(
         node: str | None = None,

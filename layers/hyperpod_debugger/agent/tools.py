@@ -84,6 +84,23 @@ class NodeHistory(BaseModel):
     transitions: list[Transition] = Field(description="Newest first")
 
 
+class FindingsStats(BaseModel):
+    """``findings stats --json``: a cluster's findings history over a period (the words: ``lifecycle.stats``)."""
+
+    cluster: str
+    since: str
+    until: str
+    transitions_read: int
+    nodes: list[dict[str, Any]] = Field(description="Per node (logical id where known): incidents, node-hours")
+    repeat_offenders: list[str] = Field(description="Nodes with two or more incidents in the period")
+    groups: list[dict[str, Any]]
+    types: list[dict[str, Any]]
+    checks: list[dict[str, Any]] = Field(description="Openings in the period by check, most first")
+    causes: list[dict[str, Any]] = Field(description="Openings in the period by runbook section, most first")
+    time_to_resolve_hours: dict[str, Any]
+    open_now: list[dict[str, Any]] = Field(description="Problems still open, oldest first")
+
+
 class RunbookSection(BaseModel):
     section: str
     title: str
@@ -111,6 +128,15 @@ def _region(cluster: str | None, region: str | None, profile: str | None) -> str
         return region_for(cluster, region, profile=profile)
     except validate.InvalidArgument as exc:
         raise ToolFailure("invalid_argument", str(exc)) from exc
+
+
+def _when(text: str, name: str = "until") -> datetime:
+    """An ISO-8601 time (UTC when it names no zone); ToolFailure for one it is not."""
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ToolFailure("invalid_argument", f"{name} {text!r} is not an ISO-8601 time") from exc
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _checked(check: Callable[[str], str], value: str) -> str:
@@ -224,13 +250,7 @@ def analyze_probe_output(
         )
     if not 0 < window_hours <= 24 * 90:
         raise ToolFailure("invalid_argument", "window_hours must be in (0, 2160]")
-    when = None
-    if now is not None:
-        try:
-            when = datetime.fromisoformat(now.replace("Z", "+00:00"))
-        except ValueError as exc:
-            raise ToolFailure("invalid_argument", f"now {now!r} is not an ISO-8601 time") from exc
-        when = when if when.tzinfo else when.replace(tzinfo=UTC)
+    when = _when(now, "now") if now is not None else None
     try:
         if isinstance(document, dict):
             doc = probe_document.from_dict(document)  # an agent may pass the JSON as an object
@@ -280,6 +300,35 @@ def list_findings(
             FindingStore(clients, name).open_findings(arn, include_resolved=include_resolved).values(), key=sort_key
         )
         return FindingsList(cluster_arn=arn, table=name, findings=[StoredFindingView(**finding_json(f)) for f in found])
+
+    return _aws_errors(read, chosen)
+
+
+def findings_stats(
+    clients_for: ClientsFactory,
+    cluster: str,
+    table: str | None = None,
+    region: str | None = None,
+    days: int = 30,
+    until: str | None = None,
+    profile: str | None = None,
+) -> FindingsStats:
+    from hyperpod_debugger.aws.store import FindingStore
+    from hyperpod_debugger.cli import stats_report
+    from hyperpod_debugger.cli.findings import history_stats
+
+    if not 1 <= days <= 90:
+        raise ToolFailure("invalid_argument", "days must be between 1 and 90 (the history is kept for 90 days)")
+    end = _when(until) if until else datetime.now(UTC)
+    cluster = _checked(validate.cluster, cluster)
+    name = _table(table)
+    chosen = _region(cluster, region, profile)
+    clients = clients_for(chosen)
+
+    def read() -> FindingsStats:
+        arn = _cluster_arn(clients, cluster)
+        result = history_stats(FindingStore(clients, name), arn, cluster, (end - timedelta(days=days), end))
+        return FindingsStats(**stats_report.as_json(result))
 
     return _aws_errors(read, chosen)
 

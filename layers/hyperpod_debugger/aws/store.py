@@ -8,7 +8,9 @@ Item layout (single table, ``pk`` / ``sk`` strings):
   consumer notifies only when they change), trimmed evidence, suggested commands. A RESOLVED
   finding carries ``expires_at`` (history TTL) until it reopens.
 * history: ``pk=NODE#<instance id or cluster arn>``, ``sk=<iso time>#<fingerprint>#<transition>``,
-  with ``node_pk`` / ``last_seen`` for the ``by_node`` GSI and ``expires_at``.
+  with ``node_pk`` / ``last_seen`` for the ``by_node`` GSI, ``cluster_pk`` / ``last_seen`` for the
+  ``by_cluster`` GSI (a cluster's transitions over a period: ``findings stats``), the runbook section, the
+  node's group, type and logical id where known, and ``expires_at``.
 * sweep coverage: ``pk=CLUSTER#<arn>``, ``sk=SWEEP#<iso time>``: checks ran / skipped / unknown
   (counts and lists), transitions applied, ``expires_at``.
 * probe rotation: ``pk=CLUSTER#<arn>``, ``sk=PROBED#<instance id>``: when the node's probe document
@@ -55,6 +57,9 @@ PLAN_TTL = timedelta(days=1)
 BATCH_WRITE_SIZE = 25
 BATCH_WRITE_ROUNDS = 5
 NODE_INDEX = "by_node"
+#: history by cluster and time (`findings stats`): partition ``cluster_pk``, sort ``last_seen``; only history
+#: items carry ``cluster_pk``, so the index holds nothing else
+CLUSTER_INDEX = "by_cluster"
 CONFLICT_RETRIES = 3
 
 _SER = TypeSerializer()
@@ -105,6 +110,7 @@ def create_table(clients: AwsClients, name: str) -> None:
             {"AttributeName": "sk", "AttributeType": "S"},
             {"AttributeName": "node_pk", "AttributeType": "S"},
             {"AttributeName": "last_seen", "AttributeType": "S"},
+            {"AttributeName": "cluster_pk", "AttributeType": "S"},
         ],
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
         GlobalSecondaryIndexes=[
@@ -115,7 +121,15 @@ def create_table(clients: AwsClients, name: str) -> None:
                     {"AttributeName": "last_seen", "KeyType": "RANGE"},
                 ],
                 "Projection": {"ProjectionType": "ALL"},
-            }
+            },
+            {
+                "IndexName": CLUSTER_INDEX,
+                "KeySchema": [
+                    {"AttributeName": "cluster_pk", "KeyType": "HASH"},
+                    {"AttributeName": "last_seen", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            },
         ],
         StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
         SSESpecification={"Enabled": True},
@@ -171,6 +185,8 @@ def _verdict_attributes(finding: StoredFinding) -> dict[str, Any]:
     """What the node's verdict (and so its incident) is built from; absent when unknown."""
     named = {
         "instance_group": finding.instance_group,
+        "instance_type": finding.instance_type,
+        "node_logical_id": finding.node_logical_id,
         "node_action": finding.node_action,
         "next_step": finding.next_step,
         "root_cause": finding.root_cause,
@@ -211,6 +227,8 @@ def from_item(item: dict[str, Any]) -> StoredFinding:
         node_action=str(item["node_action"]) if item.get("node_action") else None,
         next_step=str(item["next_step"]) if item.get("next_step") else None,
         root_cause=str(item["root_cause"]) if item.get("root_cause") else None,
+        instance_type=str(item["instance_type"]) if item.get("instance_type") else None,
+        node_logical_id=str(item["node_logical_id"]) if item.get("node_logical_id") else None,
     )
 
 
@@ -226,6 +244,33 @@ class HistoryRecord:
     priority: Priority | None
     state: State
     message: str
+    #: absent on records written before they were kept
+    instance_id: str | None = None
+    section: str | None = None
+    instance_group: str | None = None
+    instance_type: str | None = None
+    node_logical_id: str | None = None
+
+
+def _history_record(item: dict[str, Any], node: str | None = None) -> HistoryRecord:
+    """A history item read back; raises KeyError/ValueError for one that is not."""
+    text = {
+        k: str(item[k]) if item.get(k) else None
+        for k in ("instance_id", "section", "instance_group", "instance_type", "node_logical_id")
+    }
+    return HistoryRecord(
+        node=node or str(item["pk"]).removeprefix("NODE#"),
+        at=str(item["last_seen"]),
+        fingerprint=str(item["fingerprint"]),
+        transition=TransitionKind(item["transition"]),
+        cluster_arn=str(item["cluster_arn"]),
+        check=str(item["check"]),
+        tag=Tag(item["tag"]),
+        priority=Priority(item["priority"]) if item.get("priority") else None,
+        state=State(item["state"]),
+        message=str(item.get("message", "")),
+        **text,
+    )
 
 
 def batch_write(ddb: Any, table: str, requests: list[dict[str, Any]]) -> int:
@@ -304,21 +349,30 @@ class FindingStore:
             ScanIndexForward=False,
             Limit=limit,
         )
-        return [
-            HistoryRecord(
-                node=node,
-                at=str(i["last_seen"]),
-                fingerprint=str(i["fingerprint"]),
-                transition=TransitionKind(i["transition"]),
-                cluster_arn=str(i["cluster_arn"]),
-                check=str(i["check"]),
-                tag=Tag(i["tag"]),
-                priority=Priority(i["priority"]) if i.get("priority") else None,
-                state=State(i["state"]),
-                message=str(i.get("message", "")),
-            )
-            for i in items[:limit]
-        ]
+        return [_history_record(i, node) for i in items[:limit]]
+
+    def cluster_history(self, cluster_arn: str, since: datetime, until: datetime | None = None) -> list[HistoryRecord]:
+        """Every transition of a cluster's findings from ``since`` (to ``until``), oldest first: one Query on the
+        ``by_cluster`` index (history items only carry its key), paged. Records written before the index existed
+        are not in it; records that cannot be read are left out (and counted by the caller's total)."""
+        condition = "cluster_pk = :c AND last_seen >= :since"
+        values: dict[str, Any] = {":c": cluster_pk(cluster_arn), ":since": iso(since)}
+        if until is not None:
+            condition = "cluster_pk = :c AND last_seen BETWEEN :since AND :until"
+            values[":until"] = iso(until)
+        items = self._query(
+            "dynamodb:Query",
+            IndexName=CLUSTER_INDEX,
+            KeyConditionExpression=condition,
+            ExpressionAttributeValues=typed(values),
+        )
+        out = []
+        for item in items:
+            try:
+                out.append(_history_record(item))
+            except (KeyError, ValueError):
+                continue
+        return out
 
     def sweeps(self, cluster_arn: str, limit: int = 10) -> list[dict[str, Any]]:
         """The latest sweep coverage records of a cluster, newest first."""
@@ -562,7 +616,15 @@ class FindingStore:
             "state": str(item.state),
             "message": item.message,
             "expires_at": _epoch(now + self.history_ttl),
+            # what the history is grouped and counted by (`findings stats`): the cluster (its index), the
+            # runbook section, the node's group, type and the identity a replacement keeps
+            "cluster_pk": cluster_pk(item.cluster_arn),
+            "section": item.section,
+            "instance_group": item.instance_group,
+            "instance_type": item.instance_type,
+            "node_logical_id": item.node_logical_id,
         }
+        record = {k: v for k, v in record.items() if v is not None}
         return {
             "Put": {
                 "TableName": self.table,

@@ -3,7 +3,12 @@
     findings list    --table T --cluster NAME|ARN [--all] [--json]   open (or every) finding of a cluster
     findings history --table T --node i-… | --cluster … [--limit N]  transitions, newest first
     findings sweeps  --table T --cluster NAME|ARN [--limit N]        what each recent sweep could check
-    findings ack     --table T --cluster NAME|ARN --fingerprint F --by NAME
+    findings stats   --table T --cluster NAME|ARN [--days 30] [--until T] [--by node|group|type|check|cause]
+                                                                      repeat offenders, failures per group and
+                                                                      type, top checks and causes, time to
+                                                                      resolve, what is still open
+    findings ack     --table T --cluster NAME|ARN --fingerprint F --by NAME   (F: the fingerprint or a unique
+                                                                      prefix of it, 4 characters or more)
 
 Everything here reads or writes only the monitor's own DynamoDB table (the stack output
 ``FindingsTableName``; ``--table`` defaults to ``HYPERPOD_DEBUGGER_TABLE``). A cluster given by name is
@@ -20,19 +25,22 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from hyperpod_debugger.cli import stats_report
 from hyperpod_debugger.cli.common import PROFILE_HELP, REGION_HELP, region_for
+from hyperpod_debugger.cli.stats_report import BY
 from hyperpod_debugger.domain import validate
 from hyperpod_debugger.domain.untrusted import visible
-from hyperpod_debugger.lifecycle.findings import FINGERPRINT_CHARS, State, StoredFinding
+from hyperpod_debugger.lifecycle.findings import FINGERPRINT_CHARS, State, StoredFinding, parse_iso
+from hyperpod_debugger.lifecycle.stats import FleetStats, Transition, fleet_stats
 
 TABLE_ENV = "HYPERPOD_DEBUGGER_TABLE"
 EXIT_INVALID = 2
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{3,255}$")
-_FINGERPRINT = re.compile(rf"^[0-9a-f]{{{FINGERPRINT_CHARS}}}$")
+_FINGERPRINT = re.compile(rf"^[0-9a-f]{{4,{FINGERPRINT_CHARS}}}$")
 _PRIORITY_ORDER = {"P0": 0, "P1": 1, "P2": 2}
 _STATE_ORDER = {State.OPEN: 0, State.ACKNOWLEDGED: 1, State.RESOLVED: 2}
 
@@ -64,10 +72,21 @@ def add_parser(sub: Any) -> None:
     sweeps.add_argument("--cluster", required=True, help="HyperPod cluster name or ARN")
     sweeps.add_argument("--limit", type=int, default=10, help="newest N sweeps (default 10)")
 
+    stats = verbs.add_parser(
+        "stats", help="the history over a period: repeat offenders, failures per group and type, time to resolve"
+    )
+    common(stats)
+    stats.add_argument("--cluster", required=True, help="HyperPod cluster name or ARN")
+    stats.add_argument("--days", type=int, default=30, help="length of the period in days, 1-90 (default 30)")
+    stats.add_argument("--until", help="end of the period, ISO 8601 (default: now), e.g. 2026-12-01")
+    stats.add_argument("--by", choices=BY, dest="by_table", help="one table: node, group, type, check or cause")
+
     ack = verbs.add_parser("ack", help="acknowledge an OPEN finding (it stays open; escalation reopens it)")
     common(ack)
     ack.add_argument("--cluster", required=True, help="HyperPod cluster name or ARN")
-    ack.add_argument("--fingerprint", required=True, help="the finding's fingerprint (from `findings list`)")
+    ack.add_argument(
+        "--fingerprint", required=True, help="the finding's fingerprint (from `findings list`) or a unique prefix of it"
+    )
     ack.add_argument("--by", required=True, help="who acknowledges (recorded with the finding)")
 
 
@@ -173,6 +192,53 @@ def finding_json(f: StoredFinding) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the command
 
 
+def _period(args: argparse.Namespace) -> tuple[datetime, datetime]:
+    """``(since, until)`` of ``findings stats``; raises InvalidArgument for a period it cannot read."""
+    if not 1 <= args.days <= 90:
+        raise validate.InvalidArgument("--days must be between 1 and 90 (the history is kept for 90 days)")
+    until = datetime.now(UTC)
+    if args.until:
+        try:
+            until = datetime.fromisoformat(args.until.replace("Z", "+00:00"))
+        except ValueError:
+            raise validate.InvalidArgument(f"--until {args.until!r} is not an ISO 8601 date or time") from None
+        until = until if until.tzinfo else until.replace(tzinfo=UTC)
+    return until - timedelta(days=args.days), until
+
+
+def history_stats(store: Any, arn: str, name: str, period: tuple[datetime, datetime]) -> FleetStats:
+    """The review of ``period``: the cluster's transitions (one paged Query on ``by_cluster``) and its findings
+    open now (one Query on its partition), summed by :func:`~hyperpod_debugger.lifecycle.stats.fleet_stats`."""
+    since, until = period
+    transitions = [
+        Transition(
+            at=parse_iso(r.at),
+            fingerprint=r.fingerprint,
+            transition=r.transition,
+            check=r.check,
+            tag=r.tag,
+            priority=r.priority,
+            section=r.section,
+            instance_id=r.instance_id,
+            instance_group=r.instance_group,
+            instance_type=r.instance_type,
+            node_logical_id=r.node_logical_id,
+        )
+        for r in store.cluster_history(arn, since, until)
+    ]
+    open_now = [f for f in store.open_findings(arn).values() if parse_iso(f.first_seen) <= until]
+    return fleet_stats(name, transitions, open_now, since, until)
+
+
+def _stats(store: Any, arn: str, name: str, period: tuple[datetime, datetime], args: argparse.Namespace) -> int:
+    result = history_stats(store, arn, name, period)
+    if args.json:
+        print(json.dumps(stats_report.as_json(result), indent=2))
+    else:
+        sys.stdout.write(visible(stats_report.render(result, args.by_table), newlines=True))
+    return 0
+
+
 def _fail(message: str, code: int = EXIT_INVALID) -> int:
     print(f"hyperpod-debugger findings: error: {message}", file=sys.stderr)
     return code
@@ -192,7 +258,10 @@ def cmd_findings(args: argparse.Namespace) -> int:
         node = validate.instance_id(args.node) if getattr(args, "node", None) else None
         region = region_for(getattr(args, "cluster", None), args.region, profile=args.profile)
         if getattr(args, "fingerprint", None) is not None and not _FINGERPRINT.match(args.fingerprint):
-            raise validate.InvalidArgument(f"--fingerprint {args.fingerprint!r} is not {FINGERPRINT_CHARS} hex digits")
+            raise validate.InvalidArgument(
+                f"--fingerprint {args.fingerprint!r} is not a fingerprint: 4 to {FINGERPRINT_CHARS} hex digits"
+            )
+        period = _period(args) if args.verb == "stats" else None
         if getattr(args, "by", None) is not None and not args.by.strip():
             raise validate.InvalidArgument("--by must name who acknowledges")
         limit = getattr(args, "limit", 1)
@@ -222,6 +291,9 @@ def cmd_findings(args: argparse.Namespace) -> int:
             else:
                 sys.stdout.write(visible(render_history(records, key), newlines=True))
             return 0
+        if args.verb == "stats":
+            assert period is not None
+            return _stats(store, str(arn), cluster or str(arn), period, args)
         if args.verb == "sweeps":
             records = [_plain(r) for r in store.sweeps(str(arn), limit=limit)]
             if args.json:
@@ -230,18 +302,26 @@ def cmd_findings(args: argparse.Namespace) -> int:
                 sys.stdout.write(visible(render_sweeps(records, str(arn)), newlines=True))
             return 0
         # ack
-        done = store.acknowledge(str(arn), args.fingerprint, args.by.strip(), datetime.now(UTC))
+        fingerprint = args.fingerprint
+        if len(fingerprint) < FINGERPRINT_CHARS:
+            known = store.open_findings(str(arn), include_resolved=True)
+            matches = sorted(fp for fp in known if fp.startswith(fingerprint))
+            if len(matches) != 1:
+                which = "no finding" if not matches else f"{len(matches)} findings ({', '.join(matches[:5])})"
+                return _fail(f"{which} of {cluster} start with {fingerprint}: give more of the fingerprint", 1)
+            fingerprint = matches[0]
+        done = store.acknowledge(str(arn), fingerprint, args.by.strip(), datetime.now(UTC))
         if done is None:
-            current = store.get(str(arn), args.fingerprint)
+            current = store.get(str(arn), fingerprint)
             if current is None:
-                return _fail(f"no finding {args.fingerprint} for {cluster} in {args.table}", 1)
-            return _fail(f"finding {args.fingerprint} is {current.state.value}, not OPEN: nothing to acknowledge", 1)
+                return _fail(f"no finding {fingerprint} for {cluster} in {args.table}", 1)
+            return _fail(f"finding {fingerprint} is {current.state.value}, not OPEN: nothing to acknowledge", 1)
         by = args.by.strip()
         if args.json:
             state = done.finding.state.value
-            print(json.dumps({"fingerprint": args.fingerprint, "state": state, "acknowledged_by": by}))
+            print(json.dumps({"fingerprint": fingerprint, "state": state, "acknowledged_by": by}))
         else:
-            print(f"Acknowledged {args.fingerprint} ({done.finding.message}) by {by}")
+            print(f"Acknowledged {fingerprint} ({visible(done.finding.message)}) by {by}")
         return 0
     except sagemaker.ClusterNotFound as exc:
         return _fail(f"no HyperPod cluster {cluster!r} in {region}: {exc}", 1)

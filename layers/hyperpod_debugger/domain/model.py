@@ -103,6 +103,12 @@ class Finding(BaseModel):
     cluster_name: str | None = None
     instance_id: str | None = None
     instance_group: str | None = None
+    instance_type: str | None = Field(default=None, description="The node's instance type, where the node is known.")
+    node_logical_id: str | None = Field(
+        default=None,
+        description="HyperPod's NodeLogicalId of the node (clusters in continuous provisioning mode): the identity "
+        "a replacement keeps, so a node's history follows it across replacements.",
+    )
     evidence: list[str] = Field(default_factory=list, description="Verbatim lines the finding rests on.")
     root_cause: str | None = None
     suggested_commands: list[SuggestedCommand] = Field(default_factory=list)

@@ -165,6 +165,9 @@ class StoredFinding:
     node_action: str | None = None
     next_step: str | None = None
     root_cause: str | None = None
+    #: what the history groups by besides the group (absent on items stored before they were kept)
+    instance_type: str | None = None
+    node_logical_id: str | None = None
 
     @property
     def node(self) -> str:
@@ -298,6 +301,8 @@ def _image(fp: str, cluster: str, finding: Finding, now: str, cluster_name: str 
         node_action=finding.node_action,
         next_step=finding.next_step,
         root_cause=finding.root_cause,
+        instance_type=finding.instance_type,
+        node_logical_id=finding.node_logical_id,
     )
 
 
@@ -320,6 +325,8 @@ def _seen_again(previous: StoredFinding, finding: Finding, now: str, state: Stat
         node_action=finding.node_action,
         next_step=finding.next_step,
         root_cause=finding.root_cause,
+        instance_type=finding.instance_type or previous.instance_type,
+        node_logical_id=finding.node_logical_id or previous.node_logical_id,
     )
 
 

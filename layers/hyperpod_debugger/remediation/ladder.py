@@ -388,6 +388,14 @@ def _refine(f: Finding, target: Target, facts: NodeFacts | None, tags: dict) -> 
             next_step = next_step or "Investigate with the read-only commands before any node action."
         update = {"node_action": action, "next_step": next_step}
     update["suggested_commands"] = [c.model_dump() for c in _ordered(commands)]
+    if facts is not None and facts.node is not None:
+        # what the history groups by: the node's group and type, and the identity a replacement keeps
+        node = facts.node
+        update |= {
+            "instance_group": f.instance_group or node.group or None,
+            "instance_type": f.instance_type or node.instance_type or None,
+            "node_logical_id": f.node_logical_id or node.logical_id,
+        }
     # Validate again, so the model's invariants (no mutating command on UNKNOWN, ladder order,
     # replace names the destroyed volumes) hold for what the engine produced too.
     return Finding.model_validate({**f.model_dump(), **update})
