@@ -122,3 +122,19 @@ def test_resolution_time_and_event_id_are_stable():
     two = finding_event.detail_of(TransitionKind.RESOLVED, "2026-12-02T12:30:00Z", f)
     assert one.open_seconds == 2.5 * 3600 and one.event_id == two.event_id
     assert one.finding.runbook == "references/node-diagnostics-detail.md § C"
+
+
+def test_a_node_findings_event_names_its_group_type_and_logical_id_and_a_cluster_wide_one_none():
+    from dataclasses import replace
+
+    node = replace(
+        finding("i-a", Tag.FAIL), instance_group="gpu-workers", instance_type="ml.p5.48xlarge", node_logical_id="lg-7"
+    )
+    detail = finding_event.detail_of(TransitionKind.NEW, "2026-12-02T12:00:00Z", node)
+    assert (detail.instance_group, detail.instance_type, detail.node_logical_id) == (
+        "gpu-workers",
+        "ml.p5.48xlarge",
+        "lg-7",
+    )
+    wide = finding_event.detail_of(TransitionKind.NEW, "2026-12-02T12:00:00Z", finding(None, Tag.FAIL))
+    assert (wide.instance_group, wide.instance_type, wide.node_logical_id) == (None, None, None)

@@ -102,6 +102,12 @@ class FindingEventDetail(BaseModel):
     at: str = Field(description="When the transition happened (ISO 8601, UTC).")
     cluster: EventCluster
     instance_id: str | None = Field(default=None, description="The node; null for a cluster-wide finding.")
+    instance_group: str | None = Field(default=None, description="The node's instance group, where known.")
+    instance_type: str | None = Field(default=None, description="The node's instance type, where known.")
+    node_logical_id: str | None = Field(
+        default=None,
+        description="HyperPod's NodeLogicalId of the node, where the cluster has one (kept across replacements).",
+    )
     finding: EventFinding
     open_seconds: float | None = Field(
         default=None,
@@ -172,6 +178,9 @@ def detail_of(
             name=cluster_label(arn, finding.cluster_name), arn=arn, region=region_of_arn(arn), account=account or None
         ),
         instance_id=finding.instance_id,
+        instance_group=finding.instance_group if finding.instance_id else None,
+        instance_type=finding.instance_type,
+        node_logical_id=finding.node_logical_id,
         finding=EventFinding(
             fingerprint=finding.fingerprint,
             check=finding.check,
