@@ -81,6 +81,16 @@ DEFAULT_CLUSTER_CONCURRENCY = 3
 DEFAULT_PROBE_PERIOD_HOURS = 24
 DEFAULT_EVENT_WINDOW_SECONDS = 100
 DEFAULT_FINDINGS_EVENT_BUS = "default"
+#: the finding events' source (hyperpod_debugger.notify.finding_event.SOURCE)
+FINDING_EVENT_SOURCE = "hyperpod-node-debugger"
+
+# The optional archive of finding events (S3, Parquet, Glue, Athena).
+CTX_HISTORY_ARCHIVE = "historyArchive"
+CTX_HISTORY_ARCHIVE_ACCOUNTS = "historyArchiveAccounts"
+CTX_HISTORY_ARCHIVE_DAYS = "historyArchiveDays"
+DEFAULT_HISTORY_ARCHIVE_DAYS = 730
+ARCHIVE_DATABASE = "hyperpod_debugger"
+ARCHIVE_TABLE = "finding_events"
 FINDINGS_EVENT_BUS_OFF = "none"
 DEFAULT_UNKNOWN_SHARE_ALARM_PERCENT = 20
 #: The Slack webhook secret is named by the operator (`-c slackSecretName=…`); none: no Slack channel.

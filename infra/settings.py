@@ -233,6 +233,13 @@ def _emails(key: str, entries: list[str]) -> list[str]:
     return list(dict.fromkeys(entries))
 
 
+def _accounts(key: str, entries: list[str]) -> list[str]:
+    bad = [e for e in entries if not re.fullmatch(r"\d{12}", e)]
+    if bad:
+        raise ValueError(f"{key} takes 12-digit AWS account ids, got {', '.join(repr(b) for b in bad)}")
+    return list(dict.fromkeys(entries))
+
+
 #: the daily-summary channel names people write, and the channels' own names
 SUMMARY_CHANNELS = {"email": "sns", "slack": "slack", "chat": "chatbot"}
 
@@ -377,6 +384,15 @@ class StackSettings(BaseModel):
     findings_ttl_days: Annotated[int, whole(c.MIN_FINDINGS_TTL_DAYS, c.MAX_FINDINGS_TTL_DAYS)] = Field(
         c.DEFAULT_FINDINGS_TTL_DAYS, alias=c.CTX_FINDINGS_TTL_DAYS, description="days resolved records are kept"
     )
+    history_archive: Annotated[bool, one_of({"true": True, "false": False}, "true or false")] = Field(
+        False, alias=c.CTX_HISTORY_ARCHIVE, description="archive finding events to S3 for Athena"
+    )
+    history_archive_accounts: Annotated[list[str], items(_accounts)] = Field(
+        default_factory=list, alias=c.CTX_HISTORY_ARCHIVE_ACCOUNTS, description="accounts the archive's table lists"
+    )
+    history_archive_days: Annotated[int, whole(30, 3650)] = Field(
+        c.DEFAULT_HISTORY_ARCHIVE_DAYS, alias=c.CTX_HISTORY_ARCHIVE_DAYS, description="days archived events are kept"
+    )
 
     _layer_dir: pathlib.Path = PrivateAttr(default=c.LAYER_DIR)
 
@@ -391,6 +407,11 @@ class StackSettings(BaseModel):
     def _settings_agree(self) -> StackSettings:
         self.sweep_budget  # noqa: B018 (SweepSettings refuses a reserve that leaves the sweep nothing)
         self.log_groups  # noqa: B018 (a log group of a cluster the allowlist leaves out is refused)
+        if self.history_archive and self.findings_event_bus is None:
+            raise ValueError(
+                f"{c.CTX_HISTORY_ARCHIVE}=true archives the finding events, but {c.CTX_FINDINGS_EVENT_BUS} is "
+                f"{c.FINDINGS_EVENT_BUS_OFF}: put the events on a bus, or leave the archive off"
+            )
         return self
 
     # --- reading -------------------------------------------------------------------------------------

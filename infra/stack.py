@@ -8,6 +8,7 @@ from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
 from infra import constants as c
+from infra.constructs.archive import FindingsArchive
 from infra.constructs.detection import Detection, monitor_metric, route_unprocessed
 from infra.constructs.findings import FindingsStore
 from infra.constructs.hma_subscription import HmaSubscription
@@ -21,8 +22,9 @@ from infra.settings import StackSettings
 
 
 class HyperPodDebuggerStack(cdk.Stack):
-    """Exposes `findings`, `notifications`, `sweep`, `detection`, `observability` and `hma_subscription`
-    (None without `clusterLogGroups`), and their children, for tests."""
+    """Exposes `findings`, `notifications`, `sweep`, `detection`, `observability`, `hma_subscription`
+    (None without `clusterLogGroups`) and `archive` (None without `historyArchive=true`), and their children,
+    for tests."""
 
     def __init__(self, scope: Construct, construct_id: str, **kwargs) -> None:
         super().__init__(scope, construct_id, description="Read-only health monitor for SageMaker HyperPod", **kwargs)
@@ -97,6 +99,7 @@ class HyperPodDebuggerStack(cdk.Stack):
                 *([self.hma_subscription.function.function] if self.hma_subscription else []),
             ],
         )
+        self.archive = self._build_archive()
         self.sessions = SessionAccess(self, "SessionAccess", mode=settings.session_documents)
         for function in self.probing_functions:
             self.sessions.grant(function)
@@ -177,6 +180,20 @@ class HyperPodDebuggerStack(cdk.Stack):
             ),
         }
         return subscription
+
+    def _build_archive(self) -> FindingsArchive | None:
+        """The optional archive of finding events (S3, Parquet, Glue, Athena named queries)."""
+        settings = self.settings
+        if not settings.history_archive or settings.findings_event_bus is None:
+            return None
+        return FindingsArchive(
+            self,
+            "FindingsArchive",
+            event_bus=settings.findings_event_bus,
+            accounts=settings.history_archive_accounts or [self.account],
+            expire_days=settings.history_archive_days,
+            log_retention=settings.log_retention,
+        )
 
     def _build_layer(self) -> lambda_.LayerVersion:
         """Dependencies + the core package, built offline by `make layer` into build/layer/python."""

@@ -72,6 +72,8 @@ EVERY_SETTING = {
     "logRetentionDays": 90,
     "slackSecretName": "hyperpod-debugger/slack-webhook",
     "chatNotifications": "true",
+    "historyArchive": "true",
+    "historyArchiveAccounts": "123456789012,210987654321",
 }
 
 
