@@ -101,7 +101,7 @@ def test_table_has_the_documented_shape(clients, store):
     table = ddb.describe_table(TableName=TABLE)["Table"]
     assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
     assert table["StreamSpecification"] == {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
-    assert [g["IndexName"] for g in table["GlobalSecondaryIndexes"]] == ["by_node"]
+    assert [g["IndexName"] for g in table["GlobalSecondaryIndexes"]] == ["by_node", "by_cluster"]
     ttl = ddb.describe_time_to_live(TableName=TABLE)["TimeToLiveDescription"]
     assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": "expires_at"}
 
