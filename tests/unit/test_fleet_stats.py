@@ -162,3 +162,22 @@ def test_an_open_finding_with_no_transition_in_the_month_is_open_since_the_start
 @pytest.mark.parametrize(("values", "p", "expected"), [([], 0.5, None), ([4.0], 0.9, 4.0), ([3, 1, 2, 4], 0.5, 2)])
 def test_percentile_by_nearest_rank(values, p, expected):
     assert percentile(values, p) == expected
+
+
+def test_an_empty_period_says_why_it_may_be_empty(stats):
+    from hyperpod_debugger.cli.stats_report import render
+
+    empty = fleet_stats("ml-train", [], [], SINCE, UNTIL)
+    text = render(empty)
+    assert "0 node incident(s) on 0 node(s)" in text and "No transition in this period" in text
+    assert "by_cluster index" in text
+    assert "No transition in this period" not in render(stats)
+
+
+def test_one_table_by_node_lists_every_node_with_its_instances(stats):
+    from hyperpod_debugger.cli.stats_report import render
+
+    text = render(stats, "node")
+    assert "Nodes: 4" in text and "Repeat offenders" not in text and "By instance group" not in text
+    assert "instances: i-c1, i-c2" in text and "[open since 2026-11-30 00:00 UTC]" in text
+    assert "72.0 h" in text  # node-hours stay in hours
