@@ -759,3 +759,15 @@ def test_a_group_message_says_per_node_how_many_problems_the_rung_leaves_and_the
     # a node with no other problem gets no such line
     [other] = [t for t in mrkdwn(alerts.slack(batch, runbook_base_url=None)) if _node(7) in t and "REPLACE" in t]
     assert "_Also:_" not in other
+
+
+def test_a_node_with_very_many_long_problems_keeps_an_incident_far_below_dynamodbs_item_limit() -> None:
+    node = _node(8)
+    many = [
+        _f(f"probe.check{i}", f"problem {i} " + "x" * 3000, node=node, priority=Priority.P2, tag=Tag.WARN)
+        for i in range(60)
+    ]
+    [stored_incident] = _stored([*many, _xid(node)])
+    incident = stored_incident.incident
+    assert len(incident.others) == 40 and all(len(o.message) <= 400 for o in incident.others)
+    assert len(json.dumps([vars(o) | {"priority": str(o.priority)} for o in incident.others])) < 40_000

@@ -47,6 +47,9 @@ REPAIR_GRACE = timedelta(minutes=60)
 #: What an incident keeps of what it lists (nodes, explained findings, evidence lines).
 MAX_LISTED = 200
 MAX_EVIDENCE = 20
+#: a node incident's other problems kept (the messages show six per group) and the characters of each
+MAX_ISSUES = 40
+ISSUE_CHARS = 400
 COVERAGE_KEY = "COVERAGE"
 
 _PRIORITY_RANK = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
@@ -99,9 +102,11 @@ class NodeIssue:
 
     @classmethod
     def of(cls, problem: NodeProblem) -> NodeIssue:
+        message = problem.message
         return cls(
             check=problem.check,
-            message=problem.message,
+            # an incident item stays far below DynamoDB's 400 KB however many problems a node has
+            message=message if len(message) <= ISSUE_CHARS else message[: ISSUE_CHARS - 1] + "…",
             priority=problem.priority,
             tag=problem.tag.value,
             section=problem.section,
@@ -368,7 +373,7 @@ def desired_incidents(
             checks=tuple(verdict.checks),
             evidence=_evidence(deciding.evidence),
             worst=NodeIssue.of(verdict.worst) if verdict.worst else None,
-            others=tuple(NodeIssue.of(p) for p in verdict.other_problems[:MAX_LISTED]),
+            others=tuple(NodeIssue.of(p) for p in verdict.other_problems[:MAX_ISSUES]),
         )
         out[incident.key] = incident
 
