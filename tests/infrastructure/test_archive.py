@@ -58,6 +58,8 @@ def test_events_reach_firehose_which_partitions_by_account_and_date_and_writes_p
         "AWS::Events::Rule",
         {"EventPattern": {"source": [c.FINDING_EVENT_SOURCE]}, "EventBusName": "default"},
     )
+    # the rule's source is the one the monitor's own events carry (the stack names it on its own)
+    assert c.FINDING_EVENT_SOURCE == event(*EVENTS[0])["source"]
     s3 = only(archive, "AWS::KinesisFirehose::DeliveryStream")["ExtendedS3DestinationConfiguration"]
     assert (
         s3["Prefix"] == "finding-events/account_id=!{partitionKeyFromQuery:account_id}/dt=!{partitionKeyFromQuery:dt}/"

@@ -28,8 +28,9 @@ def forms(message: str) -> dict[str, str]:
     }
 
 
-def run(check, message: str, form: str):
-    text = forms(message)[form] + "\n"
+def run_lines(check, messages: list[str], form: str = "dmesg"):
+    """The problems ``check`` finds in a kernel log of ``messages``, each written in ``form``."""
+    text = "".join(forms(m)[form] + "\n" for m in messages)
     doc = ProbeDocument(
         hostname="ip-10-1-2-3",
         collected_at=NOW,
@@ -38,6 +39,10 @@ def run(check, message: str, form: str):
     )
     ctx = ProbeContext(instance_type="ml.p5.48xlarge", now=NOW, window=timedelta(hours=24), instance_id="i-0abc")
     return [f for f in check(doc, ctx) if f.tag is not Tag.PASS]
+
+
+def run(check, message: str, form: str):
+    return run_lines(check, [message], form)
 
 
 FORMS = ("dmesg", "dmesg -T", "journalctl short-iso")
@@ -225,18 +230,6 @@ def test_on_a_trainium_node_the_driver_finding_no_gpu_is_not_a_fault() -> None:
 
 
 # --------------------------------------------------------------------------- call traces
-
-
-def run_lines(check, messages: list[str]):
-    text = "".join(forms(m)["dmesg"] + "\n" for m in messages)
-    doc = ProbeDocument(
-        hostname="ip-10-1-2-3",
-        collected_at=NOW,
-        uptime_s=(NOW - BOOT).total_seconds(),
-        items={"kernel_log": ProbeItem(command="dmesg", exit_code=0, stdout=text)},
-    )
-    ctx = ProbeContext(instance_type="ml.p5.48xlarge", now=NOW, window=timedelta(hours=24), instance_id="i-0abc")
-    return [f for f in check(doc, ctx) if f.tag is not Tag.PASS]
 
 
 def test_a_call_trace_names_the_modules_of_its_frames() -> None:
