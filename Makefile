@@ -9,6 +9,8 @@ LAYER_DIR        := build/layer
 LAYER_STAMP      := $(LAYER_DIR)/.built
 LAYER_HOST_DIR   := build/layer-x86_64
 LAYER_HOST_STAMP := $(LAYER_HOST_DIR)/.built
+# Python 3.12 bytecode beside the functions' sources, which their asset ships.
+FUNCTIONS_STAMP  := build/functions-bytecode.stamp
 
 .PHONY: demo mcp-demo test unit integration e2e rehearse bench lint schema iam-policy clean synth layer
 
@@ -41,15 +43,16 @@ $(MCP_STAMP): pyproject.toml sim/pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 mcp-demo: $(MCP_STAMP)
 	PYTHONUNBUFFERED=1 $(BIN)/python -m hyperpod_sim.agent_demo
 
-# The gates, then the whole suite (CONTRIBUTING.md lists them).
+# The gates, then the whole suite on every core (pytest-xdist; a module's tests share one worker, so a
+# module-scoped fixture such as a synthesized template is built once), naming the slowest tests at the end.
 SOURCES := layers sim tests bench functions infra
 
 # The rehearsal tier (tests/rehearsal) needs the layer and its host build; `make test` runs it with the rest.
-test: $(STAMP) node_modules/.installed $(LAYER_STAMP) $(LAYER_HOST_STAMP)
+test: $(STAMP) node_modules/.installed $(LAYER_STAMP) $(LAYER_HOST_STAMP) $(FUNCTIONS_STAMP)
 	$(BIN)/ruff check $(SOURCES)
 	$(BIN)/ruff format --check $(SOURCES)
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadscope --durations=15
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
@@ -61,11 +64,11 @@ e2e: $(STAMP)
 	$(BIN)/python -m pytest -q tests/e2e
 
 # The synthesized stack run as AWS runs it, on the simulated account (tests/rehearsal/conftest.py).
-rehearse: $(STAMP) $(LAYER_STAMP) $(LAYER_HOST_STAMP)
+rehearse: $(STAMP) $(LAYER_STAMP) $(LAYER_HOST_STAMP) $(FUNCTIONS_STAMP)
 	$(BIN)/python -m pytest -q tests/rehearsal
 
 # Every benchmark runs and prints its figures; the exit status is non-zero at the end if any missed.
-bench: $(STAMP)
+bench: $(STAMP) $(LAYER_HOST_STAMP) $(FUNCTIONS_STAMP)
 	$(BIN)/python bench/run_all.py
 
 lint: $(STAMP)
@@ -95,6 +98,8 @@ $(LAYER_STAMP): $(LAYER_SRC) | $(STAMP)
 	$(MAKE) layer
 
 # The same lock built for this machine (x86_64), into build/layer-x86_64/python: same versions, importable here.
+# Both layers carry bytecode written by Python 3.12 (the runtime's version; `LAYER_PYTHON` names one if
+# `python3.12` is not on the PATH or under pyenv): Lambda cannot write it, so without it every cold start compiles.
 
 layer-host: $(STAMP)
 	$(BIN)/python -m infra.layer --platform x86_64 $(LAYER_HOST_DIR)
@@ -102,6 +107,13 @@ layer-host: $(STAMP)
 
 $(LAYER_HOST_STAMP): $(LAYER_SRC) | $(STAMP)
 	$(MAKE) layer-host
+
+# Bytecode beside the functions' sources (python3.12, checked against each source): their asset ships it.
+$(FUNCTIONS_STAMP): $(shell find functions -type f -name '*.py' 2>/dev/null) infra/layer.py | $(STAMP)
+	$(BIN)/python -m infra.layer functions
+	mkdir -p build && touch $@
+
+functions-bytecode: $(FUNCTIONS_STAMP)
 
 # Re-resolve layers/requirements.lock (PyPI needed) after changing a runtime dependency in pyproject.toml.
 lock: | $(BIN)/python
@@ -123,10 +135,10 @@ constraints:
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 	rm -rf $(CONSTRAINTS_VENV)
 
-.PHONY: layer-host lock constraints
+.PHONY: layer-host lock constraints functions-bytecode
 
 # Synthesize the CDK app into cdk.out without the CDK CLI, Docker or AWS credentials; prints the layer's manifest.
-synth: $(STAMP) $(LAYER_STAMP)
+synth: $(STAMP) $(LAYER_STAMP) $(FUNCTIONS_STAMP)
 	cat $(LAYER_DIR)/MANIFEST.txt
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 CDK_OUTDIR=cdk.out $(BIN)/python -m infra.app
 
@@ -138,7 +150,7 @@ node_modules/.installed: package.json package-lock.json
 
 # What `npx cdk deploy` needs: the venv cdk.json's app runs in, the Lambda layer, the CDK CLI.
 .PHONY: deploy-ready
-deploy-ready: $(STAMP) $(LAYER_STAMP) node_modules/.installed
+deploy-ready: $(STAMP) $(LAYER_STAMP) $(FUNCTIONS_STAMP) node_modules/.installed
 
 clean:
 	rm -rf $(VENV) build *.egg-info layers/*.egg-info .pytest_cache node_modules

@@ -224,6 +224,7 @@ def courier_against_a_hanging_slack(messages: int = 10, hang_s: float = 30.0) ->
             store.apply(plan_sweep({}, report, now), now)
             monitor.invoke(handlers.stream_notifier, monitor.stream_event())
             event = monitor.outbox.poll()
+            assert event is not None, "the stream notifier put nothing in the outbox"
             monitor.sink.hang(hang_s)
             start = time.perf_counter()
             response = monitor.invoke(handlers.courier, event, timeout_s=60)

@@ -30,6 +30,8 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("alert_bench.py", []),
     # the courier's targets are stated for 8 clusters x 10 messages (its docstring, references/decisions.md)
     ("courier_bench.py", ["--clusters", "8", "--messages", "10"]),
+    # every Lambda entry point as deployed (Python 3.12, the built layer's bytecode) against `import boto3`
+    ("import_bench.py", ["--without-bytecode"]),
 ]
 
 

@@ -66,7 +66,7 @@ def session_client() -> list[Bound]:
     assert hung.error is not None and hung.error.outcome == "TIMEOUT"
 
     class Slow(session_tests.FakeSSM):
-        def start_session(self, **kwargs):  # type: ignore[no-untyped-def]
+        def start_session(self, **kwargs):
             time.sleep(1.0)
             return super().start_session(**kwargs)
 

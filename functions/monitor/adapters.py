@@ -1,6 +1,6 @@
 """The monitor's adapters: Secrets Manager (the Slack webhook URL), Slack, SNS, the idempotency store,
-the notifier's delivery ledger, the courier's shared Slack lanes and the queue that keeps inputs the
-monitor could not process.
+the notifier's delivery ledger and the courier's shared Slack lanes (the queue that keeps inputs the monitor
+could not process: :func:`functions.monitor.runtime.keep_unprocessed`).
 
 Every boto3 client comes from :class:`hyperpod_debugger.aws.clients.AwsClients`, built lazily (never
 at import). The webhook URL is a secret: it is never logged, and errors name only a hash of it.
@@ -15,9 +15,8 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from functions.monitor.logic import outbox
@@ -25,9 +24,15 @@ from functions.monitor.logic.outbox import ChannelError, Lane, LocalLanes, Outbo
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.notify.slack import DeliveryError, post_to_webhook, webhook_id
 
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
 
 @lru_cache(maxsize=4)
 def idempotency_store(table_name: str, region: str) -> DynamoDBPersistenceLayer:
+    # Imported here: only the triage's functions remember what they ran (the others import this module too).
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
     return DynamoDBPersistenceLayer(table_name=table_name, boto3_client=AwsClients(region).client("dynamodb"))
 
 
@@ -47,53 +52,6 @@ def webhook_url(clients: AwsClients, secret_name: str) -> str:
     if not text:
         raise ChannelError("the Slack webhook secret holds no URL")
     return text
-
-
-#: SQS's message size limit; an event larger than this (EventBridge allows 256 KiB) is cut, and says so.
-MAX_KEPT_BYTES = 256 * 1024 - 2048
-
-
-def _kept_body(event: Any) -> str:
-    """The input as the unprocessed-events queue keeps it: JSON in ASCII (so every character SQS accepts, a
-    lone surrogate or a U+FFFF included, arrives as its ``\\u`` escape), cut to one SQS message."""
-    try:
-        body = json.dumps(event, default=str)
-    except (TypeError, ValueError, RecursionError):
-        try:
-            body = ascii(event)
-        except RecursionError:
-            body = f"<{type(event).__name__} nested too deeply to keep>"
-    if len(body) > MAX_KEPT_BYTES:
-        body = body[:MAX_KEPT_BYTES] + "\n[cut: the input was larger than one SQS message]"
-    return body
-
-
-def keep_unprocessed(
-    queue_url: str | None, region: str, event: Any, *, kind: str, errors: Sequence[dict[str, str]]
-) -> bool:
-    """Put an input the monitor could not process (the raw event, verbatim) on the unprocessed-events
-    queue, with why in its message attributes. False when no queue is configured.
-
-    Raises ``RuntimeError`` when the queue refuses it: the caller lets the invocation fail, so
-    Lambda's retries and its on-failure destination keep the event instead.
-    """
-    if not queue_url:
-        return False
-    reason = "; ".join(f"{e.get('at', '?')}: {e.get('error', '?')}" for e in errors)[:1000] or "unknown"
-    detail_type = event.get("detail-type") if isinstance(event, dict) else None
-    attributes = {
-        "kind": {"DataType": "String", "StringValue": kind},
-        "reason": {"DataType": "String", "StringValue": reason},
-    }
-    if isinstance(detail_type, str) and detail_type:
-        attributes["detail_type"] = {"DataType": "String", "StringValue": detail_type[:256]}
-    try:
-        AwsClients(region).client("sqs").send_message(
-            QueueUrl=queue_url, MessageBody=_kept_body(event), MessageAttributes=attributes
-        )
-    except (ClientError, BotoCoreError) as exc:
-        raise RuntimeError(f"the unprocessed-events queue refused the {kind} ({type(exc).__name__})") from None
-    return True
 
 
 #: EventBridge error codes that say the request or entry itself is wrong (sending it again cannot succeed).

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from functions.shared import metric_names as names
 from functions.shared.observability import NAMESPACE, SERVICE, logger
-from hyperpod_debugger.lifecycle.health import ClusterHealth, GroupHealth
+
+if TYPE_CHECKING:  # the sweep computes the health; the notifier, which imports this module too, never does
+    from hyperpod_debugger.lifecycle.health import ClusterHealth, GroupHealth
 
 _WEIGHT = {"FAIL": 0, "WARN": 1, "UNKNOWN": 2, "UNOBSERVED": 3, "NOT_RUNNING": 4}
 

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from functions.monitor.logic.signals import ClusterSignal
-from functions.shared.events import without_surrogates
+from functions.shared.odd_input import without_surrogates
 from hyperpod_debugger.checks.logs import HMA_PREFIX, parse_hma_message, parse_stream_name
 from hyperpod_debugger.domain.xid import lookup
 

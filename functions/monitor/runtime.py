@@ -1,20 +1,23 @@
-"""What every entry point shares: the environment check, the clock, rejecting input no retry can fix, and
-the invocation's deadline. Light on purpose: every function imports it (the triage lives in ``signal_run``)."""
+"""What every entry point shares: the environment check, the clock, keeping and rejecting input no retry can
+fix, and the invocation's deadline. Light on purpose: every function imports it (the triage lives in
+``signal_run``, the channels in ``adapters``)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from aws_lambda_powertools.metrics import MetricUnit
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
-from functions.monitor.adapters import keep_unprocessed
 from functions.shared.observability import logger, metrics
+from hyperpod_debugger.aws.clients import AwsClients
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,6 +73,53 @@ def validation_errors(exc: ValidationError) -> list[dict[str, str]]:
     return [{"at": ".".join(str(p) for p in err["loc"]), "error": err["msg"]} for err in exc.errors()[:10]]
 
 
+#: SQS's message size limit; an event larger than this (EventBridge allows 256 KiB) is cut, and says so.
+MAX_KEPT_BYTES = 256 * 1024 - 2048
+
+
+def _kept_body(event: Any) -> str:
+    """The input as the unprocessed-events queue keeps it: JSON in ASCII (so every character SQS accepts, a
+    lone surrogate or a U+FFFF included, arrives as its ``\\u`` escape), cut to one SQS message."""
+    try:
+        body = json.dumps(event, default=str)
+    except (TypeError, ValueError, RecursionError):
+        try:
+            body = ascii(event)
+        except RecursionError:
+            body = f"<{type(event).__name__} nested too deeply to keep>"
+    if len(body) > MAX_KEPT_BYTES:
+        body = body[:MAX_KEPT_BYTES] + "\n[cut: the input was larger than one SQS message]"
+    return body
+
+
+def keep_unprocessed(
+    queue_url: str | None, region: str, event: Any, *, kind: str, errors: Sequence[dict[str, str]]
+) -> bool:
+    """Put an input the monitor could not process (the raw event, verbatim) on the unprocessed-events
+    queue, with why in its message attributes. False when no queue is configured.
+
+    Raises ``RuntimeError`` when the queue refuses it: the caller lets the invocation fail, so
+    Lambda's retries and its on-failure destination keep the event instead.
+    """
+    if not queue_url:
+        return False
+    reason = "; ".join(f"{e.get('at', '?')}: {e.get('error', '?')}" for e in errors)[:1000] or "unknown"
+    detail_type = event.get("detail-type") if isinstance(event, dict) else None
+    attributes = {
+        "kind": {"DataType": "String", "StringValue": kind},
+        "reason": {"DataType": "String", "StringValue": reason},
+    }
+    if isinstance(detail_type, str) and detail_type:
+        attributes["detail_type"] = {"DataType": "String", "StringValue": detail_type[:256]}
+    try:
+        AwsClients(region).client("sqs").send_message(
+            QueueUrl=queue_url, MessageBody=_kept_body(event), MessageAttributes=attributes
+        )
+    except (ClientError, BotoCoreError) as exc:
+        raise RuntimeError(f"the unprocessed-events queue refused the {kind} ({type(exc).__name__})") from None
+    return True
+
+
 def reject(
     event: Any,
     errors: list[dict[str, str]],
@@ -95,4 +145,4 @@ def reject(
     return {"status": "rejected", "event_id": event_id, "detail_type": detail_type, "errors": errors, "kept": kept}
 
 
-__all__ = ["deadline", "now", "reject", "use_clock", "validation_errors", "with_env"]
+__all__ = ["deadline", "keep_unprocessed", "now", "reject", "use_clock", "validation_errors", "with_env"]

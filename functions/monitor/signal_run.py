@@ -1,19 +1,20 @@
 """The idempotent run of one triage signal (a HyperPod event, a health-agent log record), or of one window
 of them, into the findings table; and the hand-over of a signal to its cluster's window. Used by the event,
-log-subscription and window functions only, so the others do not import the triage."""
+log-subscription and window functions only, so the others do not import the triage.
+
+The triage itself (and Powertools' idempotency) is loaded on the first run: with a window queue (the stack's
+default) the event and log-subscription functions only hand signals over, and never load it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.monitor.adapters import idempotency_store
 from functions.monitor.logic import signals, windows
-from functions.monitor.logic.sweep import kinds
+from functions.monitor.logic.signals import kinds
 from functions.monitor.runtime import now
 from functions.monitor.window_store import TableWindows, WindowQueue
 from functions.shared.clients import clients
@@ -21,13 +22,28 @@ from functions.shared.env import MonitorEnv
 from functions.shared.observability import logger, metrics
 from hyperpod_debugger.aws.incident_store import IncidentStore
 from hyperpod_debugger.aws.store import FindingStore
-from hyperpod_debugger.triage import run_triage
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.aws.clients import AwsClients
+    from hyperpod_debugger.domain.model import TriageReport
+    from hyperpod_debugger.triage import TriageRequest
+
+
+def run_triage(req: TriageRequest, clients: AwsClients | None = None) -> TriageReport:
+    """:func:`hyperpod_debugger.triage.run_triage`, the triage loaded when the first signal or window runs."""
+    from hyperpod_debugger.triage import run_triage as triage
+
+    return triage(req, clients)
+
+
+def _triage(req: TriageRequest) -> TriageReport:
+    return run_triage(req, clients(req.region))
 
 
 def _run_signal(event: dict[str, Any], signal: signals.ClusterSignal, env: MonitorEnv) -> dict[str, Any]:
     transitions = signals.handle_cluster_event(
         signal,
-        triage=lambda req: run_triage(req, clients(req.region)),
+        triage=_triage,
         store=FindingStore(clients(env.AWS_REGION), env.FINDINGS_TABLE, history_ttl=env.history_ttl),
         incidents=IncidentStore(clients(env.AWS_REGION), env.FINDINGS_TABLE, ttl=env.history_ttl),
         repair_grace=env.repair_grace,
@@ -50,6 +66,10 @@ def _run_signal(event: dict[str, Any], signal: signals.ClusterSignal, env: Monit
 
 def _once_per_key(function: Callable[..., dict[str, Any]], key: str, env: MonitorEnv, context: LambdaContext) -> Any:
     """``function`` run once per value of ``event[key]`` (Powertools idempotency, in the idempotency table)."""
+    from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function  # see above
+
+    from functions.monitor.adapters import idempotency_store
+
     config = IdempotencyConfig(event_key_jmespath=key, expires_after_seconds=env.IDEMPOTENCY_TTL_S)
     config.register_lambda_context(context)
     return idempotent_function(
@@ -116,7 +136,7 @@ def coalesced(env: MonitorEnv) -> Callable[[signals.ClusterSignal], dict[str, An
 def _run_window(event: dict[str, Any], events: windows.WindowEvents, env: MonitorEnv) -> dict[str, Any]:
     transitions, summary = windows.handle_window(
         events,
-        triage=lambda req: run_triage(req, clients(req.region)),
+        triage=_triage,
         store=FindingStore(clients(env.AWS_REGION), env.FINDINGS_TABLE, history_ttl=env.history_ttl),
         incidents=IncidentStore(clients(env.AWS_REGION), env.FINDINGS_TABLE, ttl=env.history_ttl),
         repair_grace=env.repair_grace,
@@ -148,4 +168,4 @@ def window_runner(env: MonitorEnv, context: LambdaContext) -> Callable[[windows.
     return once
 
 
-__all__ = ["coalesced", "signal_runner", "window_runner"]
+__all__ = ["coalesced", "run_triage", "signal_runner", "window_runner"]

@@ -9,28 +9,35 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from hyperpod_debugger.aws.ssm_documents import SessionDocuments
-from hyperpod_debugger.aws.store import HISTORY_TTL
 from hyperpod_debugger.domain.eventbridge import Allowlist
 from hyperpod_debugger.lifecycle import budget
-from hyperpod_debugger.notify.policy import AlertPolicy
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.notify.policy import AlertPolicy
 
 
 class _Env(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # Built on first use: a function validates only its own settings, never the other functions'.
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
     AWS_REGION: str = Field(min_length=1)
 
 
 class Runbook(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     #: Where the runbook sections live (links in Slack and email); none: section ids only.
     RUNBOOK_BASE_URL: str | None = None
 
 
 class ClusterAllowlist(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     #: Comma-separated cluster names, ids or ARNs; empty: every cluster of the account and Region.
     CLUSTER_ALLOWLIST: str = ""
 
@@ -46,6 +53,8 @@ class ClusterAllowlist(BaseModel):
 
 
 class Sessions(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     #: The stack's pinned Session documents, ``{"probe": name, "slurm": name}``: sessions run only the
     #: commands they carry. Empty: AWS-StartNonInteractiveCommand (``-c sessionDocuments=aws``).
     SESSION_DOCUMENTS: str = ""
@@ -62,6 +71,8 @@ class Sessions(BaseModel):
 
 
 class IncidentTiming(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     #: Seconds HyperPod may repair a node before its incident is paged anyway.
     REPAIR_GRACE_S: PositiveInt = 3600
 
@@ -70,11 +81,20 @@ class IncidentTiming(BaseModel):
         return timedelta(seconds=self.REPAIR_GRACE_S)
 
 
+def _store_history_days() -> int:
+    # Imported here: only the functions that write findings read this setting (and they import the store).
+    from hyperpod_debugger.aws.store import HISTORY_TTL
+
+    return HISTORY_TTL.days
+
+
 class FindingsHistory(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     #: Days a resolved finding, a resolved incident and their history records stay in the findings table
     #: before DynamoDB's TTL removes them (the stack's ``findingsTtlDays``; unset: the store's own 90 days,
     #: ``hyperpod_debugger.aws.store.HISTORY_TTL``).
-    FINDINGS_TTL_DAYS: int = Field(default=HISTORY_TTL.days, ge=1, le=3650)
+    FINDINGS_TTL_DAYS: int = Field(default_factory=_store_history_days, ge=1, le=3650)
 
     @property
     def history_ttl(self) -> timedelta:
@@ -110,6 +130,8 @@ class MonitorEnv(_Env, Runbook, ClusterAllowlist, Sessions, IncidentTiming, Find
 
 
 class _Channels(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     #: A channel whose setting is empty is not used.
     SLACK_SECRET_NAME: str | None = None
     ALERT_TOPIC_ARN: str | None = None
@@ -134,6 +156,8 @@ class _Channels(BaseModel):
 
 
 class AlertGroupTiming(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     #: Seconds before the first message of a quiet cluster's alert group, and at least between two.
     ALERT_GROUP_WAIT_S: int = Field(default=10, ge=0, le=300)
     ALERT_GROUP_INTERVAL_S: int = Field(default=300, ge=10, le=900)
@@ -176,6 +200,9 @@ class AlertsEnv(_Env, Runbook, _Channels, AlertGroupTiming):
 
     @property
     def policy(self) -> AlertPolicy:
+        # Imported here: only the alert-group function tells people, and every function imports this module.
+        from hyperpod_debugger.notify.policy import AlertPolicy
+
         minimums = {
             "slack": self.SLACK_MIN_PRIORITY,
             "sns": self.EMAIL_MIN_PRIORITY,

@@ -17,17 +17,19 @@ from constructs import Construct
 
 from hyperpod_debugger.aws import iam as declared
 from infra.constants import METRICS_NAMESPACE, REPO_ROOT, SERVICE_NAME
+from infra.layer import PYTHON_VERSION
 
 # The function asset is the repository root filtered down to functions/ (no bundling, no Docker); the
-# core comes from the layer, and the simulator (sim/) never reaches AWS.
+# core comes from the layer, and the simulator (sim/) never reaches AWS. It carries the runtime's bytecode
+# (`python -m infra.layer functions`, checked against the source) and no other interpreter's.
 CODE_EXCLUDES = [
     "*",
     ".*",
     "!functions",
     "!functions/**",
     "**/.*",
-    "**/__pycache__",
     "**/*.pyc",
+    f"!functions/**/__pycache__/*.cpython-{PYTHON_VERSION.replace('.', '')}.pyc",
     "**/*.egg-info",
     "**/*.md",
 ]

@@ -136,6 +136,7 @@ def _show(title: str, body: str) -> None:
 async def agent_session(server: Any, scene: NodeScene, out: Any = None) -> dict[str, Any]:
     """What an agent would do, step by step, through the SDK's client; returns the results it read."""
     from mcp import Client
+    from mcp.types import TextContent
 
     seen: dict[str, Any] = {}
     async with Client(server) as client:
@@ -187,7 +188,8 @@ async def agent_session(server: Any, scene: NodeScene, out: Any = None) -> dict[
         seen["case"] = draft.structured_content
 
         refused = await client.call_tool("triage_cluster", {"cluster": "no-such-cluster"})
-        _show("a mistake comes back as a tool error", refused.content[0].text if refused.content else "")
+        first = refused.content[0] if refused.content else None
+        _show("a mistake comes back as a tool error", first.text if isinstance(first, TextContent) else "")
         seen["error"] = refused.is_error
     return seen
 

@@ -537,10 +537,6 @@ class AlertSimulation:
         self.world.faults = {f for f in self.world.faults if f.node != old}
         return new
 
-    def cluster_state_change(self, status: str = "InService") -> Any:
-        detail = {"ClusterName": CLUSTER_NAME, "ClusterArn": CLUSTER_ARN, "ClusterStatus": status}
-        return self._event(self._envelope(eventbridge.STATE_CHANGE, detail))
-
     def _event(self, envelope: dict[str, Any]) -> Any:
         from functions.monitor.handlers import events
 

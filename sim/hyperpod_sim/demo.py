@@ -81,12 +81,6 @@ def _triage_both(demo: Demo, now: datetime, probe: bool) -> list[TriageReport]:
     ]
 
 
-def demo_reports(now: datetime | None = None, *, probe: bool = True) -> list[TriageReport]:
-    now = now or datetime.now(UTC)
-    with _simulated_account(now) as (_, demo):
-        return _triage_both(demo, now, probe)
-
-
 def _write(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, parse_qsl, quote, urlsplit
+from urllib.parse import SplitResult, parse_qs, parse_qsl, quote, urlsplit
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -67,7 +67,6 @@ __all__ = [
 ]
 
 RESOURCES = ("nodes", "namespaces", "pods", "daemonsets", "events")
-_CLUSTER_SCOPED = {"nodes", "namespaces"}
 _LIST_KIND = {
     "nodes": ("v1", "NodeList"),
     "namespaces": ("v1", "NamespaceList"),
@@ -182,59 +181,74 @@ def _enc(text: str) -> str:
 SecretKey = str | Callable[[str], str | None] | None
 
 
-def verify_token(
-    authorization: str | None, cluster_name: str, *, secret_key: SecretKey, now: float | None = None
-) -> str | None:
-    """None when ``authorization`` holds a valid EKS token for ``cluster_name``, else why not."""
+class _Rejected(Exception):
+    """A token refused; its message is the reason :func:`verify_token` returns."""
+
+
+def _presigned_url(authorization: str | None) -> tuple[SplitResult, dict[str, str]]:
+    """The STS URL a bearer token carries, and its query (each parameter once)."""
     if not authorization or not authorization.startswith("Bearer "):
-        return "no bearer token"
+        raise _Rejected("no bearer token")
     token = authorization[len("Bearer ") :].strip()
     if not token.startswith("k8s-aws-v1."):
-        return "not a k8s-aws-v1 token"
+        raise _Rejected("not a k8s-aws-v1 token")
     body = token[len("k8s-aws-v1.") :]
     try:
         url = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError, ValueError):
-        return "token is not base64url"
+        raise _Rejected("token is not base64url") from None
     parts = urlsplit(url)
     host = parts.hostname or ""
     loopback = host in ("127.0.0.1", "localhost")  # an STS double (e.g. moto) in the demo
     if not ((parts.scheme == "https" and _STS_HOST.match(host)) or (parts.scheme in ("http", "https") and loopback)):
-        return f"not an STS URL: {parts.scheme}://{host}"
+        raise _Rejected(f"not an STS URL: {parts.scheme}://{host}")
     if parts.path not in ("", "/"):
-        return "unexpected STS path"
+        raise _Rejected("unexpected STS path")
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     query = dict(pairs)
     if len(query) != len(pairs):
-        return "repeated query parameter"
+        raise _Rejected("repeated query parameter")
+    return parts, query
+
+
+def _signing_scope(query: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The signed header names and the credential scope (access key, date, Region, service, terminator) of a
+    presigned GetCallerIdentity whose query is ``query``."""
     if query.get("Action") != "GetCallerIdentity" or query.get("Version") != "2011-06-15":
-        return "not a GetCallerIdentity request"
+        raise _Rejected("not a GetCallerIdentity request")
     if query.get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256":
-        return "not SigV4"
+        raise _Rejected("not SigV4")
     signed = query.get("X-Amz-SignedHeaders", "").split(";")
     if "x-k8s-aws-id" not in signed or "host" not in signed:
-        return "x-k8s-aws-id is not a signed header"
+        raise _Rejected("x-k8s-aws-id is not a signed header")
     credential = query.get("X-Amz-Credential", "").split("/")
     if len(credential) != 5 or credential[3] != "sts" or credential[4] != "aws4_request":
-        return "bad credential scope"
+        raise _Rejected("bad credential scope")
+    return signed, credential
+
+
+def _check_lifetime(query: dict[str, str], credential: list[str], now: float | None) -> None:
+    """The token was issued at most five minutes ahead of ``now``, has not expired, and lives at most
+    :data:`_MAX_TOKEN_AGE_S`; its credential is dated the day it was issued."""
     try:
         issued = dt.datetime.strptime(query.get("X-Amz-Date", ""), "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
         expires = int(query.get("X-Amz-Expires", ""))
     except ValueError:
-        return "bad X-Amz-Date or X-Amz-Expires"
+        raise _Rejected("bad X-Amz-Date or X-Amz-Expires") from None
     current = time.time() if now is None else now
     if expires <= 0 or expires > _MAX_TOKEN_AGE_S:
-        return "X-Amz-Expires out of range"
+        raise _Rejected("X-Amz-Expires out of range")
     if current > issued.timestamp() + expires or issued.timestamp() > current + 300:
-        return "token expired or from the future"
+        raise _Rejected("token expired or from the future")
     if credential[1] != issued.strftime("%Y%m%d"):
-        return "credential date does not match X-Amz-Date"
-    if secret_key is None:
-        return None
-    if callable(secret_key):
-        secret_key = secret_key(credential[0])
-        if secret_key is None:
-            return f"unknown access key {credential[0]}"
+        raise _Rejected("credential date does not match X-Amz-Date")
+
+
+def _signature_mismatch(
+    parts: SplitResult, query: dict[str, str], signed: list[str], credential: list[str], cluster_name: str, secret: str
+) -> str | None:
+    """None when the URL's SigV4 signature is the one ``secret`` makes over the request with ``cluster_name`` in
+    its x-k8s-aws-id header (the payload hash empty or unsigned), else why not."""
     given = query.pop("X-Amz-Signature", "")
     headers = {"host": parts.netloc.lower(), "x-k8s-aws-id": cluster_name}
     if set(signed) - headers.keys():
@@ -242,7 +256,7 @@ def verify_token(
     canonical_query = "&".join(f"{_enc(k)}={_enc(v)}" for k, v in sorted(query.items()))
     canonical_headers = "".join(f"{name}:{headers[name].strip()}\n" for name in signed)
     scope = "/".join(credential[1:])
-    key = _sign(("AWS4" + secret_key).encode("utf-8"), credential[1])
+    key = _sign(("AWS4" + secret).encode("utf-8"), credential[1])
     for part in credential[2:]:
         key = _sign(key, part)
     for payload in (_EMPTY_SHA256, "UNSIGNED-PAYLOAD"):
@@ -254,6 +268,25 @@ def verify_token(
         if hmac.compare_digest(expected, given):
             return None
     return "signature does not match (wrong cluster name or credentials)"
+
+
+def verify_token(
+    authorization: str | None, cluster_name: str, *, secret_key: SecretKey, now: float | None = None
+) -> str | None:
+    """None when ``authorization`` holds a valid EKS token for ``cluster_name``, else why not."""
+    try:
+        parts, query = _presigned_url(authorization)
+        signed, credential = _signing_scope(query)
+        _check_lifetime(query, credential, now)
+    except _Rejected as why:
+        return str(why)
+    if secret_key is None:
+        return None
+    if callable(secret_key):
+        secret_key = secret_key(credential[0])
+        if secret_key is None:
+            return f"unknown access key {credential[0]}"
+    return _signature_mismatch(parts, query, signed, credential, cluster_name, secret_key)
 
 
 # --------------------------------------------------------------------------- server

@@ -50,6 +50,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
+from functools import partial
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -207,6 +208,11 @@ def decode_frame(data: bytes, *, verify_digest: bool = True) -> Frame:
 
 def _json_bytes(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def _verbatim(text: str) -> Callable[[re.Match[str]], str]:
+    """A ``re.sub`` replacement that inserts ``text`` as it is, its backslashes not read as escapes."""
+    return lambda _match: text
 
 
 def _chunks(data: bytes, size: int) -> list[bytes]:
@@ -757,10 +763,6 @@ class FakeSsm:
         with self._lock:
             self._nodes[target] = _Node(responder, faults)
 
-    def remove_node(self, target: str) -> None:
-        with self._lock:
-            self._nodes.pop(target, None)
-
     def set_faults(self, faults: Faults | None, target: str | None = None) -> None:
         """Replace the service-wide faults, or one node's (``target``). Applies to new sessions."""
         with self._lock:
@@ -804,10 +806,6 @@ class FakeSsm:
         """A snapshot of one session's record."""
         with self._lock:
             return self._sessions[session_id].snapshot()
-
-    def sessions_for(self, target: str) -> list[SessionRecord]:
-        with self._lock:
-            return [rec.snapshot() for rec in self._sessions.values() if rec.target == target]
 
     def frames_received(self, session_id: str) -> list[Frame]:
         """Well-formed binary frames the agent received in the session, in arrival order."""
@@ -992,7 +990,7 @@ class FakeSsm:
             raise _ApiError("InvalidDocumentSchemaVersion", "Session documents use schemaVersion 1.0")
         if content.get("sessionType") not in self._SESSION_TYPES:
             raise _ApiError("InvalidDocumentContent", f"unknown sessionType {content.get('sessionType')!r}")
-        tags = {t.get("Key"): t.get("Value") for t in request.get("Tags") or [] if isinstance(t, dict)}
+        tags: dict[str, str] = {t["Key"]: t["Value"] for t in request.get("Tags") or [] if isinstance(t, dict)}
         with self._lock:
             if name in self._documents:
                 raise _ApiError("DocumentAlreadyExists", f"Document with name {name} already exists.")
@@ -1058,7 +1056,7 @@ class FakeSsm:
         if not isinstance(command, str) or not command:
             raise _ApiError("InvalidDocument", f"{name} has no properties.linux.commands")
         for key, value in values.items():
-            command = re.sub(r"\{\{\s*" + re.escape(key) + r"\s*\}\}", lambda _m, v=value: v, command)
+            command = re.sub(r"\{\{\s*" + re.escape(key) + r"\s*\}\}", _verbatim(value), command)
         separate = linux.get("separateOutputStream", False)
         for key, value in values.items():
             if separate == "{{" + key + "}}" or separate == "{{ " + key + " }}":
@@ -1278,7 +1276,7 @@ class _AgentChannel:
         with contextlib.suppress(ConnectionClosed):
             async for message in self.ws:
                 if isinstance(message, str):
-                    self.fake._record(lambda m=message: self.rec.text_frames.append(m))
+                    self.fake._record(partial(self.rec.text_frames.append, message))
                     if not self.opened.done():
                         self.opened.set_result(message)
                     continue
@@ -1288,9 +1286,9 @@ class _AgentChannel:
                 try:
                     frame = decode_frame(message)
                 except FrameError as exc:
-                    self.fake._record(lambda m=message, e=str(exc): self.rec.invalid_frames.append((bytes(m), e)))
+                    self.fake._record(partial(self.rec.invalid_frames.append, (bytes(message), str(exc))))
                     continue
-                self.fake._record(lambda f=frame: self.rec.frames.append(f))
+                self.fake._record(partial(self.rec.frames.append, frame))
                 if frame.message_type == ACK:
                     self._on_ack(frame)
                 elif frame.message_type == INPUT:

@@ -743,7 +743,7 @@ def monitor_harness(
     sink: SlackSink | None = None,
     env: Mapping[str, str | None] | None = None,
     coalesce: bool = False,
-    **names: str,
+    **names: Any,
 ) -> Iterator[MonitorHarness]:
     """Provision the monitor on the simulated account and set the handlers' environment for the block.
 

@@ -582,9 +582,9 @@ def _walkthrough(
         "as the Step Functions Map invokes them:"
     )
     emitted = len(monitor.metrics)
-    lines, transitions = _sweep(monitor, handlers, demo, now)
+    lines, swept = _sweep(monitor, handlers, demo, now)
     out.extend(lines)
-    out.append(f"   The sweep's transitions (whole cluster): {_counts(transitions)}.")
+    out.append(f"   The sweep's transitions (whole cluster): {_counts(swept)}.")
     numbers = _metric_lines(monitor.metrics[emitted:], cluster.name)
     if numbers:
         out.append(

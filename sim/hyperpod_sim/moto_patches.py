@@ -1,8 +1,7 @@
 """Every change we make to moto, in one module, each with the real behaviour it restores.
 
-moto 5.2 models HyperPod only partly (see ``../shared/reference/aws-local-testing.md``). The
-demo, the integration tests and the benchmark need the real API shapes, so :func:`apply`
-patches moto in place (idempotent; process-wide):
+moto 5.2 models HyperPod only partly. The demo, the integration tests and the benchmark need the
+real API shapes, so :func:`apply` patches moto in place (idempotent; process-wide):
 
 1. ``DescribeCluster`` returns the fields moto drops: ``Orchestrator``, ``NodeRecovery``,
    ``NodeProvisioningMode`` and the per-group ``Status`` (stored on the moto ``Cluster`` as
@@ -261,7 +260,7 @@ _original_eks_describe = eks_models.EKSBackend.describe_cluster
 
 
 def _eks_describe_cluster(self: Any, name: str) -> Any:
-    cluster = _original_eks_describe(self, name)
+    cluster: Any = _original_eks_describe(self, name)  # moto's Cluster: no access config attributes of its own
     access = getattr(cluster, "hp_access_config", None)
     if access is not None:
         cluster.accessConfig = access
@@ -314,7 +313,7 @@ def _patch_sfn_sdk_timestamps() -> None:
         original(self, env, *args, **kwargs)
         env.stack.append(_sdk_timestamps(env.stack.pop()))
 
-    sdk.StateTaskServiceAwsSdk._eval_service_task = evaluate
+    sdk.StateTaskServiceAwsSdk._eval_service_task = evaluate  # type: ignore[method-assign]  # see apply()
 
 
 def _patch_sfn_execution_context() -> None:
@@ -330,20 +329,20 @@ def _patch_sfn_execution_context() -> None:
 
     def start_details(self: Any) -> Any:
         details = original_details(self)
-        details.start_time = _sdk_timestamps(self.start_date)
+        details.start_time = _sdk_timestamps(self.start_date)  # type: ignore[misc]  # moto's Final, patched on purpose
         return details
 
-    sfn_models.StepFunctionsParserBackend.start_execution = start_execution
-    sfn_execution.Execution.get_start_execution_details = start_details
+    sfn_models.StepFunctionsParserBackend.start_execution = start_execution  # type: ignore[method-assign]  # see apply()
+    sfn_execution.Execution.get_start_execution_details = start_details  # type: ignore[method-assign]  # see apply()
 
 
 _original_send_to_targets = events_models.Rule.send_to_targets
 
 
-def _send_to_targets(self: Any, event: Any, *args: Any, **kwargs: Any) -> None:
+def _send_to_targets(self: Any, original_event: Any, *args: Any, **kwargs: Any) -> None:
     if not self.event_pattern.get_pattern():
         return  # a scheduled rule
-    _original_send_to_targets(self, event, *args, **kwargs)
+    _original_send_to_targets(self, original_event, *args, **kwargs)
 
 
 def apply() -> None:
@@ -351,21 +350,24 @@ def apply() -> None:
     if _APPLIED:
         return
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    sm_models.ClusterNode.arn = property(_node_arn)
-    sm_models.SageMakerModelBackend._get_resource_from_arn = _resource_from_arn
-    sm_models.Cluster.describe = _cluster_describe
-    sm_models.ClusterNode.summary = _node_summary
-    sm_models.ClusterNode.describe = _node_describe
-    sm_models.SageMakerModelBackend.describe_cluster = _backend_describe_cluster
-    sm_models.SageMakerModelBackend.describe_cluster_node = _backend_describe_cluster_node
-    sm_models.SageMakerModelBackend.list_cluster_nodes = _backend_list_cluster_nodes
-    SageMakerResponse.list_cluster_events = _list_cluster_events
-    SageMakerResponse.list_cluster_nodes = _list_cluster_nodes_response
-    SageMakerResponse.describe_cluster_event = _describe_cluster_event
-    sq_models.ServiceQuotasBackend.get_service_quota = _get_service_quota
-    eks_models.EKSBackend.describe_cluster = _eks_describe_cluster
-    sqs_models.SQSBackend.receive_message = _receive_message
-    events_models.Rule.send_to_targets = _send_to_targets
+    # Monkeypatching moto is this module's purpose: it replaces methods of moto's classes (mypy's
+    # method-assign) and adds the attributes and API methods moto lacks (attr-defined).
+    sm_models.ClusterNode.arn = property(_node_arn)  # type: ignore[attr-defined]
+    sm_models.SageMakerModelBackend._get_resource_from_arn = _resource_from_arn  # type: ignore[method-assign]
+    sm_models.Cluster.describe = _cluster_describe  # type: ignore[method-assign]
+    sm_models.ClusterNode.summary = _node_summary  # type: ignore[method-assign]
+    sm_models.ClusterNode.describe = _node_describe  # type: ignore[method-assign]
+    sm_models.SageMakerModelBackend.describe_cluster = _backend_describe_cluster  # type: ignore[method-assign]
+    sm_models.SageMakerModelBackend.describe_cluster_node = _backend_describe_cluster_node  # type: ignore[method-assign]
+    # moto's paginate types its method with an unbound ParamSpec that no function matches (assignment)
+    sm_models.SageMakerModelBackend.list_cluster_nodes = _backend_list_cluster_nodes  # type: ignore[method-assign, assignment]
+    SageMakerResponse.list_cluster_events = _list_cluster_events  # type: ignore[attr-defined]
+    SageMakerResponse.list_cluster_nodes = _list_cluster_nodes_response  # type: ignore[method-assign]
+    SageMakerResponse.describe_cluster_event = _describe_cluster_event  # type: ignore[attr-defined]
+    sq_models.ServiceQuotasBackend.get_service_quota = _get_service_quota  # type: ignore[method-assign]
+    eks_models.EKSBackend.describe_cluster = _eks_describe_cluster  # type: ignore[method-assign]
+    sqs_models.SQSBackend.receive_message = _receive_message  # type: ignore[method-assign]
+    events_models.Rule.send_to_targets = _send_to_targets  # type: ignore[method-assign]
     _patch_sfn_sdk_timestamps()
     _patch_sfn_execution_context()
     events_utils.EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE = (

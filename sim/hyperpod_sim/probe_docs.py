@@ -117,12 +117,12 @@ def _kernel(host: str, now: datetime, faults: set[str], previous: bool) -> str:
             "name=python3, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address"
         )
     if "oom_job" in faults:
-        when = _stamp(now - timedelta(minutes=30))
+        stamp = _stamp(now - timedelta(minutes=30))
         # the kernel's order: the oom-kill summary, then the kill itself
         lines += [
-            f"{when} {host} kernel: oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-1,"
+            f"{stamp} {host} kernel: oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-1,"
             "oom_memcg=/kubepods/burstable/pod1,task_memcg=/kubepods/burstable/pod1,task=python3,pid=4242,uid=0",
-            f"{when} {host} kernel: Memory cgroup out of memory: Killed process 4242 (python3) "
+            f"{stamp} {host} kernel: Memory cgroup out of memory: Killed process 4242 (python3) "
             "total-vm:123456kB, anon-rss:65432kB",
         ]
     return "\n".join(lines) + "\n"

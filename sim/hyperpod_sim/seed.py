@@ -101,7 +101,8 @@ def create_cluster(
         request["Tags"] = [{"Key": k, "Value": v} for k, v in tags.items()]
     sagemaker.create_cluster(**request)
 
-    moto_cluster = sagemaker_backends[ACCOUNT][region].clusters[name]
+    # moto's Cluster and ClusterNodes carry our hp_* attributes too, which moto_patches serves
+    moto_cluster: Any = sagemaker_backends[ACCOUNT][region].clusters[name]
     cid = cluster_id(name)
     moto_cluster.hp_cluster_id = cid
     moto_cluster.arn = f"arn:aws:sagemaker:{region}:{ACCOUNT}:cluster/{cid}"
@@ -132,7 +133,7 @@ def create_cluster(
         ids = []
         for index in range(spec.count):
             iid = instance_id(f"{name}/{spec.name}/{index}")
-            node = ClusterNode(
+            node: Any = ClusterNode(
                 region_name=region,
                 account_id=ACCOUNT,
                 cluster_name=name,
@@ -168,11 +169,11 @@ def add_event(
     instance: str | None = None,
     failure_message: str | None = None,
 ) -> None:
-    cluster = sagemaker_backends[ACCOUNT][seeded.region].clusters[seeded.name]
+    cluster: Any = sagemaker_backends[ACCOUNT][seeded.region].clusters[seeded.name]  # with hp_events
     metadata: dict[str, Any] = {}
     if failure_message is not None:
         metadata = {"Instance": {"FailureMessage": failure_message, "NodeLogicalId": hex_id(description, 32)}}
-    event = {
+    event: dict[str, Any] = {
         "EventId": _uuid(f"{seeded.name}/{when.isoformat()}/{description}/{instance}"),
         "ClusterArn": seeded.arn,
         "ClusterName": seeded.name,
@@ -193,7 +194,8 @@ def add_event(
 
 def set_eks_access(region: str, eks_name: str, mode: str) -> None:
     moto_patches.apply()
-    eks_backends[ACCOUNT][region].clusters[eks_name].hp_access_config = {"authenticationMode": mode}
+    cluster: Any = eks_backends[ACCOUNT][region].clusters[eks_name]  # moto's, given our hp_access_config
+    cluster.hp_access_config = {"authenticationMode": mode}
 
 
 def put_log_lines(logs: Any, group: str, stream: str, lines: list[tuple[datetime, str]]) -> None:
@@ -278,7 +280,8 @@ _MOTO_TYPES = frozenset(
 
 def node_hostname(seeded: SeededCluster, instance_id: str) -> str:
     """The PrivateDnsHostname first label the seeder gave a node (its Slurm node name)."""
-    return sagemaker_backends[ACCOUNT][seeded.region].clusters[seeded.name].nodes[instance_id].hp_hostname
+    node: Any = sagemaker_backends[ACCOUNT][seeded.region].clusters[seeded.name].nodes[instance_id]
+    return node.hp_hostname
 
 
 def set_eks_api(region: str, eks_name: str, endpoint: str, ca_data: str) -> None:

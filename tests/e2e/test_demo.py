@@ -223,7 +223,7 @@ def test_the_monitor_part_is_skipped_with_a_note_without_the_handlers(monkeypatc
 
     for name in ("functions", "functions.monitor", "functions.monitor.handlers"):
         monkeypatch.setitem(sys.modules, name, None)  # what `import` finds when the package is absent
-    text = monitor_demo.monitor_walkthrough(None, None, datetime.now(UTC))  # type: ignore[arg-type]
+    text = monitor_demo.monitor_walkthrough(None, None, datetime.now(UTC))
     assert text.startswith("MONITOR: skipped.") and "make demo" in text
     assert text.count("\n") == 1
 

@@ -1,11 +1,12 @@
 """Infrastructure tier: the CDK app synthesized in-process (no CLI, no Docker, no network).
 
 Skipped when the optional `cdk` extra is not installed. Each app build costs a few seconds (jsii starts a
-node process), so fixtures are module-scoped.
+node process), so each set of settings is synthesized once per test process (:func:`synth`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 
@@ -32,8 +33,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.infrastructure)
 
 
+#: Apps already synthesized in this process, by their context: one synth per set of settings per worker.
+_SYNTHESIZED: dict[str, tuple] = {}
+
+
 def synth(tmp_path_factory: pytest.TempPathFactory, **context) -> tuple:
-    """Build and synthesize the app (cdk-nag validation runs here), returning (stack, Template, outdir)."""
+    """Build and synthesize the app (cdk-nag validation runs here), returning (stack, Template, outdir).
+
+    The same settings give the same app, so it is synthesized once per process and shared (a synth costs
+    seconds). A synth that fails is not kept: each test that expects it to fail sees it fail."""
+    key = json.dumps(context, sort_keys=True, default=str)
+    if key not in _SYNTHESIZED:
+        _SYNTHESIZED[key] = synth_again(tmp_path_factory, **context)
+    return _SYNTHESIZED[key]
+
+
+def synth_again(tmp_path_factory: pytest.TempPathFactory, **context) -> tuple:
+    """:func:`synth` without the shared result: for a test that changed what the app reads from the checkout."""
     layer = tmp_path_factory.mktemp("layer")
     (layer / "python").mkdir()
     outdir = tmp_path_factory.mktemp("cdk.out")
@@ -44,17 +60,17 @@ def synth(tmp_path_factory: pytest.TempPathFactory, **context) -> tuple:
     return stack, Template.from_stack(stack), outdir
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def synthesized(tmp_path_factory: pytest.TempPathFactory):
     return synth(tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def template(synthesized) -> Template:
     return synthesized[1]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack(synthesized):
     return synthesized[0]
 

@@ -5,7 +5,9 @@ stream filter, executed by a real event-pattern matcher over the records the sto
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match, Template
@@ -31,7 +33,7 @@ from tests.infrastructure.conftest import synth
 ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/abc123"
 
 
-def _function(template: Template, handler: str) -> tuple[str, dict]:
+def _function(template: Template, handler: str) -> tuple[str, Mapping[str, Any]]:
     [(logical, function)] = [
         (k, f)
         for k, f in template.find_resources("AWS::Lambda::Function").items()
@@ -191,7 +193,7 @@ def test_the_notifier_wakes_for_findings_and_incidents_and_nothing_else_the_tabl
 
     kinds = {kind(r) for r in records}
     assert {"FINDING", "HISTORY", "SWEEP", "INCIDENT", "ALERTGROUP"} <= kinds  # what the store really wrote
-    woken = {kind(r) for r in records if pattern.matches_event(r)}
+    woken = {kind(r) for r in records if pattern.matches_event(r)}  # type: ignore[arg-type]  # moto hints a TypedDict; any JSON matches
     assert woken == {"FINDING", "INCIDENT"}
     assert json.loads(criterion["Pattern"])["dynamodb"]["NewImage"]["item_type"]["S"] == ["FINDING", "INCIDENT"]
 

@@ -4,6 +4,8 @@ W3005 (a DependsOn that a GetAtt already implies), which CDK itself writes for e
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from aws_cdk.assertions import Template
@@ -13,7 +15,7 @@ from cfnlint.api import lint
 ACCEPTED = {"W3005"}
 
 
-def findings(template: dict) -> list[str]:
+def findings(template: Mapping[str, Any]) -> list[str]:
     matches = lint(json.dumps(template), regions=["us-west-2", "us-east-1"])
     return sorted(f"{m.rule.id} {m.message}" for m in matches if m.rule.id[0] in "EW" and m.rule.id not in ACCEPTED)
 

@@ -26,6 +26,7 @@ from aws_cdk.assertions import Template
 from hyperpod_debugger.aws import iam as declared
 from hyperpod_debugger.aws.clients import AwsClients, iam_action
 from infra import constants as c
+from tests.iam_calls import iam_actions
 from tests.infrastructure.test_stack import _actions, _statements
 
 TRIAGING = (c.EVENT_WINDOW_HANDLER, c.SWEEP_HANDLER, c.PROBE_BATCH_HANDLER)
@@ -106,7 +107,7 @@ def role_statements(template: Template, handler: str) -> list[dict]:
         r for r in resources.values() if r["Type"] == "AWS::Lambda::Function" and r["Properties"]["Handler"] == handler
     ]
     role = function["Properties"]["Role"]["Fn::GetAtt"][0]
-    out = []
+    out: list[dict] = []
     for resource in resources.values():
         if resource["Type"] != "AWS::IAM::Policy":
             continue
@@ -149,7 +150,7 @@ class Recorder:
     def hook(self, service: str):
         def before(params: dict, model: Any, **_: Any) -> None:
             if self.function is not None:
-                self.calls[self.function] |= declared.iam_actions(iam_action(service, model.name), params)
+                self.calls[self.function] |= iam_actions(iam_action(service, model.name), params)
                 if model.name == "StartSession":
                     self.sessions.append((self.function, params.get("DocumentName"), params.get("Parameters")))
 

@@ -2,22 +2,23 @@
 the core and its locked runtime dependencies and nothing of the simulator, every native file in it is
 built for ARM64, and each function's asset holds only ``functions/``.
 
-Building a layer downloads the locked wheels from the package index (pip's cache keeps them): one build
-per machine per session, skipped only when the index cannot be reached.
+Building a layer downloads the locked wheels from the package index (pip's cache keeps them): the layers
+`make test` built first are used when nothing they are built from changed since; otherwise one build per
+machine per session, skipped only when the index cannot be reached.
 """
 
 from __future__ import annotations
 
 import ast
 import email.parser
-import glob
+import json
 import os
 import pathlib
-import shutil
 import struct
 import subprocess
 import sys
 import tomllib
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
@@ -25,16 +26,22 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from infra.layer import (
+    FUNCTION_MOUNT,
+    LAYER_MOUNT,
     LOCK,
+    PYTHON_VERSION,
     LayerError,
     Pin,
     build_layer,
     check_architecture,
     compare_with_lock,
+    compile_functions,
     installed_distributions,
     merge_resolutions,
     read_lock,
+    runtime_python,
 )
+from tests.infrastructure.conftest import synth_again
 
 FORBIDDEN = ("moto", "hyperpod_sim", "functions", "pytest")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -78,7 +85,29 @@ def index_unreachable(tmp: pathlib.Path) -> str | None:
     return None if result.returncode == 0 else (result.stderr.strip().splitlines() or ["pip failed"])[-1]
 
 
+#: What `make layer` and `make layer-host` build from (the Makefile's LAYER_SRC).
+LAYER_SOURCES = [
+    ROOT / "pyproject.toml",
+    LOCK,
+    ROOT / "infra" / "layer.py",
+    *(p for p in (ROOT / "layers" / "hyperpod_debugger").rglob("*") if p.suffix in (".py", ".sh")),
+]
+MADE_LAYERS = {"aarch64": ROOT / "build" / "layer", "x86_64": ROOT / "build" / "layer-x86_64"}
+
+
+def made_layer(platform: str) -> pathlib.Path | None:
+    """The layer the Makefile built for ``platform``, when it was built after every file it is built from."""
+    stamp = MADE_LAYERS[platform] / ".built"
+    if not stamp.exists():
+        return None
+    built = stamp.stat().st_mtime
+    return MADE_LAYERS[platform] if all(p.stat().st_mtime <= built for p in LAYER_SOURCES) else None
+
+
 def build_or_skip(tmp_path_factory: pytest.TempPathFactory, platform: str) -> pathlib.Path:
+    made = made_layer(platform)
+    if made is not None:
+        return made
     out = tmp_path_factory.mktemp(f"layer-{platform}") / "layer"
     try:
         build_layer(out, platform=platform)
@@ -373,29 +402,9 @@ def test_nothing_in_the_layers_core_imports_the_simulator_moto_or_the_functions(
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-def find_python312() -> str | None:
-    """A working CPython 3.12: $PYTHON312, python3.12 on PATH, or one pyenv installed."""
-    pyenv = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    candidates = [
-        os.environ.get("PYTHON312"),
-        shutil.which("python3.12"),
-        *sorted(glob.glob(f"{pyenv}/versions/3.12*/bin/python3.12")),
-    ]
-    for candidate in filter(None, candidates):
-        probe = subprocess.run(
-            [candidate, "-I", "-c", "import sys; print(sys.version_info[:2] == (3, 12))"],
-            capture_output=True,
-            text=True,
-        )
-        if probe.returncode == 0 and probe.stdout.strip() == "True":
-            return candidate
-    return None
-
-
 def test_the_host_layer_imports_under_python_3_12_in_a_clean_process(host_layer: pathlib.Path):
-    python = find_python312()
-    if python is None:
-        pytest.skip("no CPython 3.12 interpreter here (python3.12, $PYTHON312 or pyenv's 3.12)")
+    python = runtime_python()
+    assert python is not None  # the layer's build needed it
     layer = host_layer / "python"
     script = (
         "import sys; sys.path[:0] = [sys.argv[1]]\n"
@@ -418,11 +427,86 @@ def test_the_host_layer_has_the_locks_versions_for_x86_64(host_layer: pathlib.Pa
 # ------------------------------------------------------------------------------------------- the assets
 
 
-def test_each_function_asset_holds_only_the_entry_points(synthesized):
-    _, template, outdir = synthesized
+@pytest.fixture(scope="module")
+def function_asset(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The functions' asset as `make synth` stages it: bytecode written beside the sources first
+    (``python -m infra.layer functions``, a step of `make test` too), then the app synthesized."""
+    compile_functions()
+    _, template, outdir = synth_again(tmp_path_factory)
     functions = template.find_resources("AWS::Lambda::Function").values()
     keys = {f["Properties"]["Code"]["S3Key"].split(".")[0] for f in functions}
     assert len(keys) == 1  # one asset, shared by every function
     (asset,) = [p for p in pathlib.Path(outdir).glob("asset.*") if p.name.split(".")[1] in keys]
-    assert sorted(p.name for p in asset.iterdir()) == ["functions"]
-    assert (asset / "functions" / "monitor").is_dir()
+    return asset
+
+
+def test_each_function_asset_holds_only_the_entry_points(function_asset: pathlib.Path):
+    assert sorted(p.name for p in function_asset.iterdir()) == ["functions"]
+    assert (function_asset / "functions" / "monitor").is_dir()
+    assert {p.suffix for p in function_asset.rglob("*") if p.is_file()} == {".py", ".pyc"}
+
+
+# ----------------------------------------------------------------------------------------------- bytecode
+
+#: Run by the runtime's Python over one tree: each module's bytecode as that interpreter reads it (PEP 552's
+#: header: magic, flags, then the source's hash), and where its code says it lives.
+_READ_BYTECODE = """
+import importlib.util, json, marshal, pathlib, sys
+root = pathlib.Path(sys.argv[1])
+out = {}
+for source in root.rglob("*.py"):
+    cached = pathlib.Path(importlib.util.cache_from_source(str(source)))
+    if not cached.exists():
+        out[str(source.relative_to(root))] = None
+        continue
+    data = cached.read_bytes()
+    out[str(source.relative_to(root))] = {
+        "magic": data[:4] == importlib.util.MAGIC_NUMBER,
+        "flags": int.from_bytes(data[4:8], "little"),
+        "hash": data[8:16] == importlib.util.source_hash(source.read_bytes()),
+        "file": marshal.loads(data[16:]).co_filename,
+    }
+print(json.dumps(out))
+"""
+HASH_BASED, CHECK_SOURCE = 0b01, 0b10
+
+
+def read_bytecode(tree: pathlib.Path) -> dict[str, Any]:
+    """Each module under ``tree`` → its bytecode's header (magic, flags, hash, file), None if it has none."""
+    python = runtime_python()
+    assert python is not None, f"no Python {PYTHON_VERSION}: the layer's build needs one"
+    result = subprocess.run([python, "-I", "-c", _READ_BYTECODE, str(tree)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_every_module_in_the_layer_ships_bytecode_lambdas_python_reads_without_compiling(machine: str, request):
+    layer = request.getfixturevalue("built_layer" if machine == "aarch64" else "host_layer") / "python"
+    modules = read_bytecode(layer)
+    assert len(modules) > 500  # the core, Powertools, pydantic, boto3 and botocore
+    assert [m for m, b in modules.items() if b is None] == []
+    assert [m for m, b in modules.items() if not b["magic"]] == []
+    # hash-based and unchecked: the interpreter neither reads the source nor compares times (a zip keeps
+    # times to two seconds, so time-stamped bytecode would look stale and be compiled again)
+    assert {b["flags"] for b in modules.values()} == {HASH_BASED}
+    assert [m for m, b in modules.items() if not b["hash"]] == []
+    assert {m: b["file"] for m, b in modules.items() if b["file"] != f"{LAYER_MOUNT}/{m}"} == {}
+
+
+def test_the_function_asset_ships_bytecode_checked_against_its_sources(function_asset: pathlib.Path):
+    modules = read_bytecode(function_asset)
+    assert "functions/monitor/handlers/sweep.py" in modules
+    assert [m for m, b in modules.items() if b is None] == []
+    # checked: an edit after the bytecode step is read from its source, never from stale bytecode
+    assert {b["flags"] for b in modules.values()} == {HASH_BASED | CHECK_SOURCE}
+    assert [m for m, b in modules.items() if not (b["magic"] and b["hash"])] == []
+    assert {m: b["file"] for m, b in modules.items() if b["file"] != f"{FUNCTION_MOUNT}/{m}"} == {}
+    # no other interpreter's bytecode travels (the tests' own Python writes some beside the sources)
+    tag = f"cpython-{PYTHON_VERSION.replace('.', '')}"
+    assert [p.name for p in function_asset.rglob("*.pyc") if not p.name.endswith(f".{tag}.pyc")] == []
+
+
+def test_the_functions_bytecode_step_refuses_to_guess_without_the_runtimes_python(tmp_path: pathlib.Path):
+    with pytest.raises(LayerError, match=f"no Python {PYTHON_VERSION} found"):
+        compile_functions(python=None, environ={"PATH": str(tmp_path), "PYENV_ROOT": str(tmp_path)})

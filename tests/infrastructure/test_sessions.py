@@ -10,6 +10,8 @@ shell document, TerminateSession can be limited to one's own sessions with the
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from aws_cdk.assertions import Template
@@ -22,7 +24,7 @@ from tests.infrastructure.test_iam_reality import role_statements
 PROBING = (c.EVENT_WINDOW_HANDLER, c.SWEEP_HANDLER, c.PROBE_BATCH_HANDLER)
 
 
-def documents(template: Template) -> dict[str, dict]:
+def documents(template: Template) -> Mapping[str, Mapping[str, Any]]:
     return template.find_resources("AWS::SSM::Document")
 
 
@@ -46,7 +48,7 @@ def test_the_documents_run_exactly_what_the_client_expects(template: Template):
     assert by_command == {ssm_documents.pinned_line(ssm_documents.command_of(k)) for k in ssm_documents.KINDS}
 
 
-def _function(template: Template, handler: str) -> dict:
+def _function(template: Template, handler: str) -> Mapping[str, Any]:
     (found,) = [
         f for f in template.find_resources("AWS::Lambda::Function").values() if f["Properties"]["Handler"] == handler
     ]

@@ -47,7 +47,9 @@ def settings_table() -> dict[str, str]:
     out: dict[str, str] = {}
     for row in rows:
         key, default, _meaning = (cell.strip() for cell in row.strip().strip("|").split("|", 2))
-        (name,) = re.fullmatch(r"`(\w+)`", key).groups()
+        named = re.fullmatch(r"`(\w+)`", key)
+        assert named, f"{key} is not a setting's key in backticks"
+        (name,) = named.groups()
         assert name not in out, f"{name} is documented twice"
         out[name] = default
     return out
@@ -87,7 +89,7 @@ def deploy_settings() -> dict[str, str]:
 
 # --- the model and the table ------------------------------------------------------------------------------
 
-FIELDS = {field.alias: field for field in StackSettings.model_fields.values()}
+FIELDS = {field.alias or name: field for name, field in StackSettings.model_fields.items()}
 
 
 def test_every_setting_is_in_readmes_table_and_every_key_there_is_a_setting():
@@ -384,14 +386,16 @@ def _no_aws_environment() -> dict[str, str]:
 def checkout(tmp_path_factory) -> pathlib.Path:
     """A copy of what the deploy reads from a checkout, after ``make deploy-ready``.
 
-    ``make deploy-ready`` is not run here (it builds the Lambda layer from PyPI, minutes); its three
+    ``make deploy-ready`` is not run here (it builds the Lambda layer from PyPI, minutes); its four
     prerequisites are stood in for, each as the Makefile makes it: the project's venv (this test runs in
     it), a Lambda layer folder (its contents change only the layer asset's hash; ``test_layer.py`` tests the
-    real build) and the pinned CDK CLI, installed by the Makefile's own ``node_modules/.installed`` recipe.
+    real build), the functions without their bytecode (it changes only the function asset's hash;
+    ``test_layer.py`` tests it) and the pinned CDK CLI, installed by the Makefile's own
+    ``node_modules/.installed`` recipe.
     """
     makefile = (REPO / "Makefile").read_text()
     [prerequisites] = re.findall(r"^deploy-ready:(.*)$", makefile, flags=re.M)
-    assert set(prerequisites.split()) == {"$(STAMP)", "$(LAYER_STAMP)", "node_modules/.installed"}
+    assert set(prerequisites.split()) == {"$(STAMP)", "$(LAYER_STAMP)", "$(FUNCTIONS_STAMP)", "node_modules/.installed"}
     subprocess.run(["make", "--no-print-directory", "node_modules/.installed"], cwd=REPO, check=True)
     assert (REPO / "node_modules" / ".bin" / "cdk").exists()
     assert (REPO / ".venv" / "bin" / "python").exists()

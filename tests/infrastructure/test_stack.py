@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match, Template
@@ -795,7 +797,7 @@ def test_the_simulators_outbox_is_the_stacks():
 # --- event windows ------------------------------------------------------------------------------------------
 
 
-def _resource(template: Template, kind: str, logical_prefix: str) -> dict:
+def _resource(template: Template, kind: str, logical_prefix: str) -> Mapping[str, Any]:
     [found] = [r for k, r in template.find_resources(kind).items() if k.startswith(logical_prefix)]
     return found
 

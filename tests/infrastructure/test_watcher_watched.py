@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -23,8 +24,8 @@ from infra.constructs.observability import FAILURES
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _resources(template: Template | dict, kind: str) -> dict[str, dict]:
-    body = template if isinstance(template, dict) else template.to_json()
+def _resources(template: Template | Mapping[str, Any], kind: str) -> dict[str, dict]:
+    body = template.to_json() if isinstance(template, Template) else template
     return {k: v for k, v in body["Resources"].items() if v["Type"] == kind}
 
 
@@ -39,7 +40,7 @@ def _on_topic(props: dict) -> bool:
     return any(str(a.get("Ref", "")).startswith("NotificationsAlertTopic") for a in props.get("AlarmActions", []))
 
 
-def lambda_alarms(body: dict, metric: str) -> dict[str, list[dict]]:
+def lambda_alarms(body: Mapping[str, Any], metric: str) -> dict[str, list[dict]]:
     """Function logical id → the alarms on its AWS/Lambda ``metric`` (FunctionName alone) that notify the topic."""
     found: dict[str, list[dict]] = {}
     for props in (r["Properties"] for r in _resources(body, "AWS::CloudWatch::Alarm").values()):
@@ -54,14 +55,14 @@ def lambda_alarms(body: dict, metric: str) -> dict[str, list[dict]]:
     return found
 
 
-def unwatched(body: dict, metric: str) -> list[str]:
+def unwatched(body: Mapping[str, Any], metric: str) -> list[str]:
     """The template's functions with no alarm on ``metric`` (each alarm's dimension resolved to its function)."""
     watched = lambda_alarms(body, metric)
     return sorted(f for f in _resources(body, "AWS::Lambda::Function") if f not in watched)
 
 
 @pytest.fixture(scope="module", params=["default", "every_setting"])
-def body(request, template: Template, every_setting: Template) -> dict:
+def body(request, template: Template, every_setting: Template) -> Mapping[str, Any]:
     return (template if request.param == "default" else every_setting).to_json()
 
 
@@ -251,7 +252,8 @@ HOLDS_DATA = {
 
 
 def test_the_readme_names_every_kept_type_and_only_those(template: Template, every_setting: Template):
-    kept, deleted = set(), set()
+    kept: set[str] = set()
+    deleted: set[str] = set()
     for t in (template, every_setting):
         for resource in t.to_json()["Resources"].values():
             (kept if resource.get("DeletionPolicy") == "Retain" else deleted).add(resource["Type"])

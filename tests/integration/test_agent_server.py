@@ -25,6 +25,7 @@ from hyperpod_debugger.aws.clients import AwsClients, iam_action
 from hyperpod_debugger.domain.model import TriageReport
 from hyperpod_sim import agent_demo, scenarios
 from hyperpod_sim.probe_docs import node_document, to_json
+from tests.iam_calls import iam_actions
 
 SCHEMA = json.loads((pathlib.Path(__file__).parents[2] / "references" / "triage-report.schema.json").read_text())
 TOOLS = {
@@ -218,7 +219,7 @@ def test_no_call_any_tool_makes_needs_more_than_read_access(server, scene, monke
         if not getattr(created, "_agent_recorded", False):
 
             def before(params: dict, model: Any, **_: Any) -> None:
-                made.update(iam.iam_actions(iam_action(service, model.name), params))
+                made.update(iam_actions(iam_action(service, model.name), params))
 
             created.meta.events.register("before-parameter-build", before)
             created._agent_recorded = True

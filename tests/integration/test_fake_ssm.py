@@ -1,4 +1,4 @@
-"""The fake Session Manager (``sim/fake_ssm.py``) on its own: boto3 drives the API, and a small
+"""The fake Session Manager (``sim/hyperpod_sim/fake_ssm.py``) on its own: boto3 drives the API, and a small
 websocket client written here, with its own framing, drives the data channel."""
 
 from __future__ import annotations
@@ -683,7 +683,9 @@ def test_hung_node_sends_nothing_until_terminate_session(fake, ssm):
             # WHEN the client gives up and terminates the session
             await asyncio.to_thread(ssm.terminate_session, SessionId=started["SessionId"])
             # THEN the channel is closed by the service
-            closed = unpack(await asyncio.wait_for(ws.recv(), 5))
+            frame = await asyncio.wait_for(ws.recv(), 5)
+            assert isinstance(frame, bytes)  # the service's channel_closed is a binary message
+            closed = unpack(frame)
             with pytest.raises(ConnectionClosed):
                 await asyncio.wait_for(ws.recv(), 5)
             return silent, {"type": closed.mtype, "payload": json.loads(closed.payload)}

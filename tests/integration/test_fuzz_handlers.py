@@ -34,9 +34,10 @@ from moto import mock_aws
 
 from functions.monitor import handlers
 from functions.monitor.logic import windows as window_logic
-from functions.shared.events import REPLACEMENT, without_surrogates
+from functions.shared.odd_input import REPLACEMENT, without_surrogates
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.store import to_item, typed
+from hyperpod_debugger.domain.model import Priority, Tag
 from hyperpod_debugger.lifecycle.findings import State, StoredFinding
 from hyperpod_sim import moto_patches, scenarios
 from hyperpod_sim.lambda_harness import MonitorHarness, monitor_harness
@@ -213,8 +214,8 @@ def finding_record(sequence: str, *, fingerprint: str | None = None) -> dict[str
         instance_id=NODE,
         check="probe.xid",
         section="G.1",
-        tag="FAIL",
-        priority="P0",
+        tag=Tag.FAIL,
+        priority=Priority.P0,
         state=State.OPEN,
         first_seen=at,
         last_seen=at,

@@ -1,4 +1,4 @@
-"""The read-only Kubernetes client (aws/k8s.py) against the fake EKS API server (sim/fake_k8s.py), on loopback."""
+"""The read-only Kubernetes client (aws/k8s.py) against the fake EKS API server (sim/hyperpod_sim/fake_k8s.py), on loopback."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import socket
 import ssl
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import boto3
@@ -55,7 +56,7 @@ def recorded_objects() -> dict[str, list[dict]]:
 
 
 def eks_for(fake: FakeKubernetes, **overrides) -> EksCluster:
-    fields = {
+    fields: dict[str, Any] = {
         "name": CLUSTER,
         "arn": f"arn:aws:eks:{REGION}:111122223333:cluster/{CLUSTER}",
         "status": "ACTIVE",

@@ -7,6 +7,7 @@ import base64
 import copy
 import gzip
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -30,7 +31,7 @@ def lambda_context() -> LambdaContext:
 
 
 @pytest.fixture
-def store(aws, clients, monkeypatch) -> FindingStore:
+def store(aws, clients, monkeypatch) -> Iterator[FindingStore]:
     """The findings and idempotency tables on moto, and the function's environment pointing at them."""
     create_table(clients, TABLE)
     clients.client("dynamodb").create_table(

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import pytest
@@ -41,7 +41,7 @@ BINDS = [
     pytest.param(("127.0.0.2", True), id="127.0.0.2-opt-in"),
     pytest.param(("0.0.0.0", True), id="0.0.0.0-opt-in"),  # noqa: S104 - the bind under test
 ]
-REMOTE_BINDS = [b for b in BINDS if b.values[0][1]]
+REMOTE_BINDS = [b for b in BINDS if cast(tuple[str, bool], b.values[0])[1]]
 
 
 def _no_aws(region: str) -> Any:

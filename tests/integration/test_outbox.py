@@ -67,7 +67,7 @@ ENV = {
     "ALERT_GROUP_WAIT_S": str(WAIT_S),
     "ALERT_GROUP_INTERVAL_S": str(INTERVAL_S),
 }
-OK = {"batchItemFailures": []}
+OK: dict[str, list[dict[str, str]]] = {"batchItemFailures": []}
 
 
 @pytest.fixture

@@ -352,6 +352,7 @@ def make_fakes(tmp_path: pathlib.Path, awk: str | None = None) -> pathlib.Path:
         path.chmod(0o755)
     if awk and awk != "awk":
         target = shutil.which(awk)
+        assert target is not None, f"{awk} is not installed"  # awk_implementations() offers installed ones only
         if awk == "busybox":
             (bin_dir / "awk").write_text(f'#!/bin/sh\nexec {target} awk "$@"\n')
             (bin_dir / "awk").chmod(0o755)

@@ -118,11 +118,12 @@ def _plan(cluster, sweep_id: str) -> dict:
     return result
 
 
-def _run_batch(cluster, ssm, store: FindingStore, monkeypatch, *, throttled: int) -> tuple[dict, list[str]]:
+def _run_batch(cluster, ssm, store: FindingStore, monkeypatch, *, throttled: int) -> tuple[dict, list[str], list[str]]:
     """The first sweep: the real cluster step plans every node in one batch; the batch is given a round of
     CLOSE_S simulated seconds at RATE, one session at a time (so the pace sees each answer before the next
     call), and probed by the real probe-batch handler while Session Manager throttles its first
-    ``throttled`` StartSession requests. Returns the handler's response and the batch's nodes in order."""
+    ``throttled`` StartSession requests. Returns the handler's response, the batch's nodes in order and the
+    nodes whose session started, in the order they started."""
     plan = _plan(cluster, "sweep-1")
     [item] = map_items(plan, "$.batches", PROBE_ITEM_SELECTOR)
     stored = store.plan_batch(cluster.arn, "sweep-1", item["batch"])
@@ -181,8 +182,8 @@ def test_a_throttled_batch_slows_down_leaves_the_rest_and_the_next_sweep_leads_w
     # the batch says it yielded, and what it left for the next sweep
     [said] = [r for r in caplog.records if r.getMessage() == "probe batch yielded StartSession to people"]
     assert said.levelname == "WARNING"
-    assert (said.throttles, said.rate, said.lowest_rate) == (2, RATE, RATE / 2)  # type: ignore[attr-defined]
-    assert said.not_started == left  # type: ignore[attr-defined]
+    assert (said.throttles, said.rate, said.lowest_rate) == (2, RATE, RATE / 2)
+    assert said.not_started == left
 
     # the next sweep, allowed three nodes, plans exactly the three left (never probed: due first)
     monkeypatch.setenv("PROBE_MAX_NODES", "3")

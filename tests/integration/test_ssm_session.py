@@ -33,6 +33,13 @@ from hyperpod_debugger.aws import ssm_protocol as proto
 from hyperpod_debugger.aws import ssm_session
 from hyperpod_debugger.aws.ssm_session import ENCRYPTION_REQUIRED_MESSAGE, run_command
 from hyperpod_debugger.aws.ssm_types import CommandResult, SessionError
+from tests.ssm_agent_side import (
+    channel_closed_payload,
+    exit_code_payload,
+    handshake_complete_payload,
+    handshake_request_payload,
+    parse_handshake_response,
+)
 
 TARGET = "sagemaker-cluster:abcdef123456_workers-i-0123456789abcdef0"
 REGION = "us-west-2"
@@ -178,9 +185,10 @@ async def execute(command: str, separate: bool) -> list[tuple[int, bytes]]:
         stderr=asyncio.subprocess.PIPE if separate else asyncio.subprocess.STDOUT,
     )
     out, err = await proc.communicate()
-    pieces = [(P.OUTPUT, out)]
+    assert proc.returncode is not None  # communicate() waited for the exit
+    pieces: list[tuple[int, bytes]] = [(P.OUTPUT, out)]
     if separate:
-        pieces += [(P.STDERR, err), (P.EXIT_CODE, proto.exit_code_payload(proc.returncode))]
+        pieces += [(P.STDERR, err), (P.EXIT_CODE, exit_code_payload(proc.returncode))]
     return pieces
 
 
@@ -195,11 +203,13 @@ class Agent:
     async def handler(self, ws: ServerConnection) -> None:
         self.active += 1
         self.idle.clear()
-        record = Record(headers={k: v for k, v in ws.request.headers.raw_items()}, path=ws.request.path)
+        request = ws.request
+        assert request is not None  # the opening handshake is done before the handler runs
+        record = Record(headers={k: v for k, v in request.headers.raw_items()}, path=request.path)
         self.records.append(record)
         try:
             record.opening = json.loads(await ws.recv())
-            session_id = ws.request.path.split("?")[0].rsplit("/", 1)[-1]
+            session_id = request.path.split("?")[0].rsplit("/", 1)[-1]
             if record.opening.get("TokenValue") != self.ssm.token(session_id):
                 await ws.close(4003, "bad token")
                 return
@@ -225,7 +235,7 @@ class Agent:
         ]
         if b.kms:
             actions.append(("KMSEncryption", {"KMSKeyId": "arn:aws:kms:us-west-2:111122223333:key/abc"}))
-        await ch.send(ch.frame(P.HANDSHAKE_REQUEST, proto.handshake_request_payload("3.3.1142.0", actions)))
+        await ch.send(ch.frame(P.HANDSHAKE_REQUEST, handshake_request_payload("3.3.1142.0", actions)))
         if b.pause_first:
             await ch.listen(0.3)
             ch.record.inputs_while_paused = len(ch.record.inputs)
@@ -236,7 +246,7 @@ class Agent:
         await ch.ack(response)
         if b.kms:
             return
-        await ch.send(ch.frame(P.HANDSHAKE_COMPLETE, proto.handshake_complete_payload(2_000_000)))
+        await ch.send(ch.frame(P.HANDSHAKE_COMPLETE, handshake_complete_payload(2_000_000)))
         if b.hang:
             await ch.ws.wait_closed()
             return
@@ -264,7 +274,7 @@ class Agent:
         if b.hang_up:
             await ch.ws.close()
         elif b.send_channel_closed:
-            await ch.control(proto.CHANNEL_CLOSED, proto.channel_closed_payload(session_id, b.close_output))
+            await ch.control(proto.CHANNEL_CLOSED, channel_closed_payload(session_id, b.close_output))
 
     def process_request(self, connection: ServerConnection, request: Any) -> Any:
         if self.behaviour.reject_upgrade:
@@ -373,7 +383,7 @@ def test_separate_streams_stdout_stderr_and_exit_code():
     # the handshake response
     (_, response), *_ = record.inputs
     assert (response.sequence_number, response.payload_type, response.flags) == (0, 6, proto.FLAG_SYN)
-    version, actions, errors = proto.parse_handshake_response(response.payload)
+    version, actions, errors = parse_handshake_response(response.payload)
     assert version == ssm_session.CLIENT_VERSION and errors == []
     assert [(a.action_type, a.status) for a in actions] == [("SessionType", proto.ActionStatus.SUCCESS)]
     assert "Authorization" not in record.headers  # no credentials, no signature
@@ -465,7 +475,7 @@ def test_kms_encryption_required():
     assert outcome.error is not None
     assert (outcome.error.outcome, outcome.error.message) == ("ENCRYPTION_REQUIRED", ENCRYPTION_REQUIRED_MESSAGE)
     (_, response), *_ = outcome.record.inputs
-    _, actions, errors = proto.parse_handshake_response(response.payload)
+    _, actions, errors = parse_handshake_response(response.payload)
     assert [(a.action_type, a.status) for a in actions] == [
         ("SessionType", proto.ActionStatus.SUCCESS),
         ("KMSEncryption", proto.ActionStatus.UNSUPPORTED),

@@ -45,7 +45,7 @@ def test_healthy_parts_pass(demo, clients, now):
     assert {"network.efa_sg", "vpc.dns", "vpc.routing", "vpc.endpoints", "cluster.status"} <= passed
 
 
-def test_weak_spot_12_arn_input_uses_the_cluster_name_for_the_log_group(demo, clients, now):
+def test_arn_input_uses_the_cluster_name_for_the_log_group(demo, clients, now):
     report = _triage(clients, demo.eks.arn, now)
     [group] = [f for f in report.findings if f.check == "logs.log_group"]
     assert group.tag is Tag.PASS and f"/aws/sagemaker/Clusters/{demo.eks.name}/{demo.eks.cluster_id}" in group.message
@@ -59,7 +59,7 @@ def test_events_window_excludes_old_events_and_counts_api_calls(demo, clients, n
     assert report.coverage.api_calls["sagemaker:DescribeClusterEvent"] == 2  # one per distinct failure
 
 
-def test_weak_spot_3_opaque_tokens_with_any_characters_are_followed(clients, now, aws):
+def test_opaque_tokens_with_any_characters_are_followed(clients, now, aws):
     cluster = seed.create_cluster(
         clients.client("sagemaker"),
         scenarios.REGION,
@@ -178,7 +178,7 @@ def test_focus_node_describes_only_that_node(demo, clients, now):
     assert [f.instance_id for f in node_findings] == [iid]
 
 
-def test_weak_spot_8_eks_checks_read_the_cluster_named_by_the_orchestrator(demo, clients, now):
+def test_eks_checks_read_the_cluster_named_by_the_orchestrator(demo, clients, now):
     # GIVEN another EKS cluster in the account that has nothing to do with HyperPod
     clients.client("eks").create_cluster(
         name="unrelated", roleArn="arn:aws:iam::123456789012:role/x", resourcesVpcConfig={"subnetIds": []}
@@ -191,7 +191,7 @@ def test_weak_spot_8_eks_checks_read_the_cluster_named_by_the_orchestrator(demo,
     assert report.cluster.eks_cluster_arn.endswith(f"cluster/{scenarios.EKS_CLUSTER}-eks")
 
 
-def test_weak_spot_9_a_failed_deep_health_check_counts_as_an_issue(clients, now, aws):
+def test_a_failed_deep_health_check_counts_as_an_issue(clients, now, aws):
     seed.create_cluster(
         clients.client("sagemaker"),
         scenarios.REGION,

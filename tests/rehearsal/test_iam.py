@@ -14,8 +14,18 @@ import dataclasses
 
 import pytest
 
-from hyperpod_sim.rehearsal.calls import STATE_MACHINE, analyse, check, recording, role_policies
+from hyperpod_sim.rehearsal.calls import (
+    STATE_MACHINE,
+    Analysis,
+    CallRecorder,
+    Verdict,
+    analyse,
+    check,
+    recording,
+    role_policies,
+)
 from hyperpod_sim.rehearsal.iam_eval import Request, evaluate
+from hyperpod_sim.rehearsal.stage import SweepRun
 from infra import constants as c
 from tests.rehearsal.test_event_path import _on_demo
 
@@ -24,10 +34,10 @@ HMA_EVENT = "sagemaker-hyperpod-cluster-node-health-event--hma-nvidia-error-term
 
 @dataclasses.dataclass
 class Run:
-    sweep: object
-    recorder: object
-    analysis: object
-    verdicts: list
+    sweep: SweepRun
+    recorder: CallRecorder
+    analysis: Analysis
+    verdicts: list[Verdict]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from hyperpod_debugger.domain.model import Priority, Tag
 from tests import builders as b
 
 
-def test_weak_spot_27_orchestrator_without_eks_key_is_not_silently_slurm():
+def test_orchestrator_without_eks_key_is_not_silently_slurm():
     # GIVEN an Orchestrator block with a key we do not know
     obs = b.observation(cluster=b.cluster(orchestrator="Unknown", orchestrator_raw={"Ray": {}}, eks_cluster_arn=None))
     # WHEN identity is checked
@@ -45,7 +45,7 @@ def test_failed_cluster_routes_by_failure_message():
     assert any(msg in e for e in f.evidence)
 
 
-def test_weak_spot_26_node_recovery_is_read_at_cluster_level():
+def test_node_recovery_is_read_at_cluster_level():
     obs = b.observation(cluster=b.cluster(node_recovery="None"))
     [f] = checks.check_node_recovery(obs, b.context())
     assert (f.tag, f.priority, f.section) == (Tag.WARN, Priority.P1, "F")
@@ -53,7 +53,7 @@ def test_weak_spot_26_node_recovery_is_read_at_cluster_level():
     assert cmd.mutates and cmd.iac_warning and "--node-recovery Automatic" in cmd.command
 
 
-def test_weak_spot_26_absent_node_recovery_is_unknown_not_disabled():
+def test_absent_node_recovery_is_unknown_not_disabled():
     [f] = checks.check_node_recovery(b.observation(cluster=b.cluster(node_recovery=None)), b.context())
     assert f.tag is Tag.UNKNOWN and "disabled" not in f.message.lower()
     assert not any(c.mutates for c in f.suggested_commands)

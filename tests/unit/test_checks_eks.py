@@ -152,14 +152,14 @@ def test_cluster_sg_admitting_all_traffic_from_hyperpod_sg_passes() -> None:
     assert tagged(findings) == [(Tag.PASS, None, "B.5")]
 
 
-def test_weak_spot_32_eks_sg_ingress_on_non_443_port_does_not_count() -> None:
+def test_eks_sg_ingress_on_non_443_port_does_not_count() -> None:
     # GIVEN the EKS cluster SG admits the HyperPod SG, but only on TCP 22
     findings = run_detached(rule("tcp", groups=(SG,), ports=(22, 22)))
     # WHEN / THEN the reference alone is not enough
     assert tagged(findings) == [(Tag.FAIL, Priority.P1, "B.5")]
 
 
-def test_weak_spot_32_eks_sg_failure_points_at_b5_not_a() -> None:
+def test_eks_sg_failure_points_at_b5_not_a() -> None:
     # GIVEN the EKS cluster SG admits nothing from HyperPod
     findings = run_detached(rule(groups=(EKS_SG,)))
     # WHEN

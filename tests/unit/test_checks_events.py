@@ -38,7 +38,7 @@ def _obs(*events: ClusterEvent):
     return b.observation(events=Observed.ok(EventWindow(b.NOW - timedelta(hours=24), b.NOW, tuple(events))))
 
 
-def test_weak_spot_4_capacity_text_in_event_metadata_routes_to_section_c():
+def test_capacity_text_in_event_metadata_routes_to_section_c():
     # GIVEN the real pair: a generic description and the capacity text only in EventMetadata
     obs = _obs(_event(1, failure=(CAPACITY,)))
     # WHEN the events are checked
@@ -48,14 +48,14 @@ def test_weak_spot_4_capacity_text_in_event_metadata_routes_to_section_c():
     assert any(CAPACITY in line for line in f.evidence)
 
 
-def test_weak_spot_5_every_failure_event_is_counted_not_the_first_five():
+def test_every_failure_event_is_counted_not_the_first_five():
     events = [_event(n, failure=(CAPACITY,), instance=f"i-{n:017x}") for n in range(30)]
     [f] = check_events(_obs(*events), b.context())
     assert f.message.startswith("30 Error event(s)")
     assert "30 node(s)" in f.message
 
 
-def test_weak_spot_4_level_decides_not_keywords():
+def test_event_level_decides_not_keywords():
     # An Info event whose text says "failed" is not a problem; a Warn without keywords is.
     info = _event(1, level="Info", description="Reboot failed earlier; instance is now healthy")
     warn = _event(2, level="Warn", description="Slurm configuration drift detected: partition p1")
@@ -65,7 +65,7 @@ def test_weak_spot_4_level_decides_not_keywords():
     assert problems[0].priority is Priority.P2
 
 
-def test_weak_spot_6_clusters_without_continuous_provisioning_are_skipped_with_the_reason():
+def test_clusters_without_continuous_provisioning_are_skipped_with_the_reason():
     obs = b.observation(
         events=Observed.skip("cluster events exist only for clusters with NodeProvisioningMode=Continuous")
     )

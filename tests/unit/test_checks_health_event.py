@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hyperpod_debugger.checks.health_event import CHECK, health_event_findings
 from hyperpod_debugger.domain.model import Priority, Tag
 from hyperpod_debugger.domain.observations import NodeHealthReport
@@ -11,7 +13,7 @@ NODE = "i-0fdc8ceb3bfecc215"
 
 
 def report(**fields) -> NodeHealthReport:
-    values = {
+    values: dict[str, Any] = {
         "instance_id": NODE,
         "status": "Unhealthy",
         "reason": "HyperPod Health Monitoring Agent (HMA) has detected fault type NvidiaErrorTerminate on this node",

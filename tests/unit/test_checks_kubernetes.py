@@ -1,9 +1,8 @@
 """Kubernetes checks of an EKS-orchestrated cluster: HyperPod node health labels, deep health
 checks, the VPC CNI, kube-proxy/CoreDNS and the aws-hyperpod namespace.
 
-Node names and label values come from real `kubectl get nodes` outputs
-(/work/shared/fixtures/13-k8s: kgn-pending-reboot-notready, kgn-pending-replacement-notready,
-kgn-hero-demo-*).
+Node names and label values come from real `kubectl get nodes` outputs, captures kept outside this
+repository (kgn-pending-reboot-notready, kgn-pending-replacement-notready, kgn-hero-demo-*).
 """
 
 from __future__ import annotations
@@ -17,16 +16,9 @@ from typing import Any
 import pytest
 
 from hyperpod_debugger.aws.k8s import parse_node
-from hyperpod_debugger.checks.kubernetes import (
-    CHECKS,
-    check_cni,
-    check_deep_health,
-    check_efa_device_plugin,
-    check_hyperpod_namespace,
-    check_node_health,
-    check_system_pods,
-    pending_recovery,
-)
+from hyperpod_debugger.checks.k8s_networking import check_cni, check_system_pods
+from hyperpod_debugger.checks.k8s_nodes import check_deep_health, check_node_health, pending_recovery
+from hyperpod_debugger.checks.kubernetes import CHECKS, check_efa_device_plugin, check_hyperpod_namespace
 from hyperpod_debugger.domain.model import Priority, Tag
 from hyperpod_debugger.domain.observations import ApiFailure, NotApplicable, Observed, Unobservable
 from hyperpod_debugger.domain.orchestrators import (
@@ -304,7 +296,7 @@ def test_fault_details_object_instead_of_list_is_still_read():
     assert "fault-details: type=NetworkFaultType reason=EfaLinkDown" in f.evidence
 
 
-def test_weak_spot_8_nodes_without_hyperpod_labels_are_not_problems():
+def test_nodes_without_hyperpod_labels_are_not_problems():
     # GIVEN a managed-node-group node with no sagemaker.amazonaws.com/ labels, NotReady, next to
     # healthy HyperPod nodes (a `notin (Schedulable)` selector would have matched it)
     other = knode("ip-10-0-1-23.us-west-2.compute.internal", ready="False", hyperpod=False)
@@ -316,7 +308,7 @@ def test_weak_spot_8_nodes_without_hyperpod_labels_are_not_problems():
     assert f.tag is Tag.PASS and "1 node(s) without HyperPod labels were not assessed" in f.message
 
 
-def test_weak_spot_8_ignored_nodes_are_mentioned_next_to_real_problems():
+def test_ignored_nodes_are_mentioned_next_to_real_problems():
     other = knode("ip-10-0-1-23.us-west-2.compute.internal", hyperpod=False)
     findings = check_node_health(kobs(nodes=[other, knode(FAULTY, health="UnschedulablePendingReboot")]), b.context())
     assert [f.instance_id for f in problems(findings)] == [FAULTY_ID]
@@ -380,7 +372,7 @@ def test_deep_health_passed_or_not_run_passes():
     assert f.tag is Tag.PASS and "1 Passed, 1 without" in f.evidence[0]
 
 
-def test_weak_spot_9_failed_deep_health_check_is_a_real_finding():
+def test_failed_deep_health_check_is_a_real_finding():
     # GIVEN deep-health-check-status=Failed (upstream only printed it; no issue, no exit code)
     nodes = [knode(FAULTY, health="Unschedulable", dhc="Failed"), knode(HEALTHY, dhc="Passed")]
     # WHEN
@@ -452,7 +444,7 @@ def _crashing_cni():
     return kobs(daemonsets=[ds(2, 1, 1)], pods=pods, events=events)
 
 
-def test_weak_spot_29_aws_node_problem_is_counted_once():
+def test_aws_node_problem_is_counted_once():
     # GIVEN the DaemonSet reports 1 of 2 unavailable AND its pod is in CrashLoopBackOff AND a
     # sandbox event shows 127.0.0.1:50051 refused: three views of one problem
     findings = check_cni(_crashing_cni(), b.context())
@@ -470,7 +462,7 @@ def test_weak_spot_29_aws_node_problem_is_counted_once():
     assert "aws-node-7xk2p" not in text
 
 
-def test_weak_spot_29_logs_command_names_the_container():
+def test_logs_command_names_the_container():
     [f] = check_cni(_crashing_cni(), b.context())
     argvs = [shlex.split(c.command) for c in f.suggested_commands]
     logs = [a for a in argvs if "logs" in a]

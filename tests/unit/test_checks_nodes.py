@@ -13,7 +13,7 @@ from tests import builders as b
 @pytest.mark.parametrize(
     "status", ["Pending", "SystemUpdating", "DeepHealthCheckInProgress", "AttachInProgress", "ShuttingDown"]
 )
-def test_weak_spot_7_service_work_in_progress_is_not_a_failure(status):
+def test_service_work_in_progress_is_not_a_failure(status):
     obs = b.observation(nodes=Observed.ok([b.node(), b.node("i-0123456789abcdef1", status=status)]))
     findings = check_node_status(obs, b.context())
     assert not any(f.is_problem for f in findings)
@@ -59,7 +59,7 @@ def test_all_running_passes():
     assert f.tag is Tag.PASS
 
 
-def test_weak_spot_11_unknown_node_fails_and_nothing_else_is_chosen():
+def test_unknown_node_fails_and_nothing_else_is_chosen():
     failure = ApiFailure(
         "sagemaker:DescribeClusterNode", "not_found", "Node i-0aaaaaaaaaaaaaaaa not found", "ResourceNotFound"
     )

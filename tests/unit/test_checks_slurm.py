@@ -114,7 +114,7 @@ def test_slurmctld_inactive_while_ping_up_points_at_wrong_node():
     assert "not the controller host" in f.message
 
 
-def test_weak_spot_28_controller_group_that_does_not_answer_is_not_healthy():
+def test_controller_group_that_does_not_answer_is_not_healthy():
     # The node was picked only because its group is called "controller"; ping gave no answer.
     outputs = {"ping": "bash: line 1: scontrol: command not found", "services": "slurmctld \nmunge "}
     obs = slurm_obs(outputs, confirmed_by="group name", group="controller-machine")

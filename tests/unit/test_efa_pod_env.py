@@ -87,13 +87,13 @@ def test_parse_pod_keeps_the_efa_containers_and_their_literal_env():
 
 
 def test_pods_with_the_efa_environment_pass():
-    [ok] = check_efa_pod_env(obs_with([pod_json("w-0", P5_NODE, FULL_ENV)]), None)  # type: ignore[arg-type]
+    [ok] = check_efa_pod_env(obs_with([pod_json("w-0", P5_NODE, FULL_ENV)]), None)
     assert ok.tag is Tag.PASS and ok.check == CHECK_EFA_POD_ENV and ok.section == "E"
 
 
 def test_a_job_without_fi_provider_is_one_warning_naming_its_pods():
     env = [{"name": "NCCL_DEBUG", "value": "INFO"}]
-    findings = check_efa_pod_env(obs_with([pod_json("w-0", P5_NODE, env), pod_json("w-1", P5_NODE, env)]), None)  # type: ignore[arg-type]
+    findings = check_efa_pod_env(obs_with([pod_json("w-0", P5_NODE, env), pod_json("w-1", P5_NODE, env)]), None)
     [warn] = findings
     assert warn.tag is Tag.WARN and warn.priority is Priority.P2 and warn.section == "E"
     assert warn.message == (
@@ -106,15 +106,15 @@ def test_a_job_without_fi_provider_is_one_warning_naming_its_pods():
 
 def test_rdma_is_asked_only_on_rdma_capable_types():
     env = [{"name": "FI_PROVIDER", "value": "efa"}]
-    [ok] = check_efa_pod_env(obs_with([pod_json("w-0", G5_NODE, env)]), None)  # type: ignore[arg-type]
+    [ok] = check_efa_pod_env(obs_with([pod_json("w-0", G5_NODE, env)]), None)
     assert ok.tag is Tag.PASS
-    [warn] = check_efa_pod_env(obs_with([pod_json("w-0", P5_NODE, env)]), None)  # type: ignore[arg-type]
+    [warn] = check_efa_pod_env(obs_with([pod_json("w-0", P5_NODE, env)]), None)
     assert "FI_EFA_USE_DEVICE_RDMA=1" in warn.message and "FI_PROVIDER" not in warn.message
 
 
 def test_no_pod_requesting_efa_is_not_applicable_and_an_unread_list_is_unknown():
     with pytest.raises(NotApplicable):
-        check_efa_pod_env(obs_with([pod_json("w-0", P5_NODE, [], efa=None)]), None)  # type: ignore[arg-type]
+        check_efa_pod_env(obs_with([pod_json("w-0", P5_NODE, [], efa=None)]), None)
     obs = obs_with([])
     from dataclasses import replace
 
@@ -122,4 +122,4 @@ def test_no_pod_requesting_efa_is_not_applicable_and_an_unread_list_is_unknown()
 
     k8s = replace(obs.kubernetes.get(), efa_pods=Observed.failed(ApiFailure("eks:AccessKubernetesApi", "denied", "x")))
     with pytest.raises(Unobservable):
-        check_efa_pod_env(b.observation(kubernetes=Observed.ok(k8s)), None)  # type: ignore[arg-type]
+        check_efa_pod_env(b.observation(kubernetes=Observed.ok(k8s)), None)

@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from functions.monitor import hma_logs
-from functions.monitor.logic import alerts, signals
-from functions.shared.events import REPLACEMENT, batch_records, parse_hyperpod_event, sqs_message_id, without_surrogates
+from functions.monitor.logic import signals
+from functions.monitor.stream_records import read_records
+from functions.shared.events import parse_hyperpod_event
+from functions.shared.odd_input import REPLACEMENT, batch_records, sqs_message_id, without_surrogates
 from hyperpod_debugger.aws.store import from_item
 from tests.unit.test_eventbridge import PUBLISHED, published
 
@@ -63,7 +65,7 @@ def test_a_mutated_published_event_is_a_signal_or_a_rejection(name, data, value)
 @settings(max_examples=300, deadline=None)
 @given(records=st.lists(JSONISH | st.fixed_dictionaries({"dynamodb": JSONISH}), max_size=6))
 def test_any_stream_records_are_read_or_set_aside_never_raised(records):
-    read = alerts.read_records(records, from_item=from_item)
+    read = read_records(records, from_item=from_item)
     assert len(read.changes) + len(read.unreadable) + len(read.orphans) <= len(records)
     assert all(isinstance(reason, str) and reason for reason in read.unreadable.values())
 

@@ -208,8 +208,8 @@ def assert_markdown_is_inert(markdown: str) -> None:
     # the only links are the runbook's own (the checklist points at § L)
     assert all(href.startswith("node-diagnostics-detail.md#") for href in links), links
     headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
-    ours = ("Draft AWS Support case", "Environment", "What is wrong", "P", "What was already tried", "HyperPod")
-    ours += ("Finding history", "What Support asks for", "Not in this draft", "--")
+    ours: tuple[str, ...] = ("Draft AWS Support case", "Environment", "What is wrong", "P", "What was already tried")
+    ours += ("HyperPod", "Finding history", "What Support asks for", "Not in this draft", "--")
     assert all(h.startswith(ours) for h in headings), headings
     assert not acting(markdown), acting(markdown)
 

@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 from hyperpod_debugger.domain.model import Tag
 from hyperpod_debugger.probe.base import ProbeContext
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
-from hyperpod_debugger.probe.kernel import check_kernel_faults, check_oom, check_xid
+from hyperpod_debugger.probe.kernel import check_xid
+from hyperpod_debugger.probe.kernel_faults import check_kernel_faults
+from hyperpod_debugger.probe.oom import check_oom
 
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 HOST = "ip-10-1-2-3"

@@ -647,6 +647,7 @@ def test_the_email_body_says_what_the_slack_message_says() -> None:
         _, body = alerts.email(batch, runbook_base_url=BASE)
         [item] = batch.items
         incident = item.incident.incident
+        assert incident.next_step is not None
         said = [incident.title, incident.next_step, WHAT_TO_DO[incident.section or ""], *incident.evidence]
         for command in alerts.commands(incident):
             said += [command["purpose"], command["command"]]

@@ -1,8 +1,8 @@
-"""Stored finding → the cluster label and Region people are shown."""
+"""Stored finding → the cluster label people are shown."""
 
 from __future__ import annotations
 
-from hyperpod_debugger.notify.stored import cluster_label, region_of
+from hyperpod_debugger.notify.stored import cluster_label
 
 
 def test_cluster_label_is_the_id_of_an_arn_and_anything_else_unchanged():
@@ -14,8 +14,3 @@ def test_cluster_label_prefers_the_stored_name():
     arn = "arn:aws:sagemaker:us-west-2:111122223333:cluster/lw12e0dn1hhd"
     assert cluster_label(arn, "ml-eks-prod") == "ml-eks-prod"
     assert cluster_label(arn, None) == cluster_label(arn, "") == "lw12e0dn1hhd"
-
-
-def test_region_comes_from_the_arn_or_the_default():
-    assert region_of("arn:aws:sagemaker:eu-north-1:111122223333:cluster/lw12e0dn1hhd", "us-west-2") == "eu-north-1"
-    assert region_of("ml-eks-prod", "us-west-2") == "us-west-2"

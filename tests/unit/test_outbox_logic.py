@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from functions.monitor.logic import alerts, outbox
+from hyperpod_debugger.domain.model import Priority, Tag
 from hyperpod_debugger.lifecycle.findings import State, StoredFinding, TransitionKind
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -23,8 +24,8 @@ def change(record: str, kind: TransitionKind = TransitionKind.NEW) -> alerts.Str
         instance_id="i-0123456789abcdef0",
         check="probe.xid",
         section="G.1",
-        tag="FAIL",
-        priority="P0",
+        tag=Tag.FAIL,
+        priority=Priority.P0,
         state=State.OPEN,
         first_seen=NOW.isoformat(),
         last_seen=NOW.isoformat(),

@@ -1,7 +1,8 @@
-"""The evaluator's shortcuts answer exactly what the full evaluation answers.
+"""The evaluator's shortcuts answer exactly what the full evaluation answers, and the GPU checks hold to
+nvidia-smi's meaning.
 
-- The GPU checks judge the usual node (every counter clear) from the CSV rows without building a state per
-  GPU; generated nvidia-smi outputs, healthy and not, must give the same findings either way.
+- The GPU checks decide each verdict once, over one state per GPU; generated nvidia-smi outputs, healthy and
+  not, never break them, a clear output passes, and an error, a pending remap or a hot GPU never passes.
 - A plain PASS is a copy of a template validated once; it must equal the finding validation would build.
 - Parse results some nodes share are read-only, and an evaluation leaves no reference cycle behind (a sweep
   evaluates thousands of documents: their memory must go back as soon as the findings are kept).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import gc
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 import pytest
 from hypothesis import example, given, settings
@@ -42,26 +44,59 @@ REMAP_HEADER = (
     "gpu_bus_id, remapped_rows.correctable, remapped_rows.uncorrectable, remapped_rows.pending, remapped_rows.failure"
 )
 
-# values as nvidia-smi prints them, the clear ones most often (the shortcut's case) but every other kind too
-# and as a person may paste them: a note after a readable value, or a value that cannot be read for sure
+# values as nvidia-smi prints them, the clear ones most often but every other kind too, and as a person may
+# paste them: a note after a readable value, or a value that cannot be read for sure
 counts = st.sampled_from(["0", "0", "0", "1", "2", "37", "64", "[N/A]", "N/A", "0.5", "2   <-- here", "zero?"])
 reasons = st.sampled_from(["Not Active", "Not Active", "Not Active", "Active", "[N/A]", "1", "Active <=="])
 pending = st.sampled_from(["No", "No", "Yes", "[N/A]", "0", "3", "Yes <===", "No # note", "Yes this one"])
 temps = st.sampled_from(["31", "35", "40", "44", "52", "60", "84", "85", "91", "[N/A]"])
 
+#: what nvidia-smi's values mean, read by hand: a count of errors (≥ 1), "yes" for a Yes/No field, ≥ 85 °C
+ERRORS = {"1", "2", "37", "64", "2   <-- here"}
+YES = {"Yes", "3", "Yes <==="}
+HOT = {"85", "91"}
+
+
+class GpuValues(NamedTuple):
+    temperature: str
+    reasons: tuple[str, str, str, str]
+    #: corrected volatile, uncorrected volatile, corrected aggregate, uncorrected aggregate, single-bit and
+    #: double-bit retired pages, in QUERY_HEADER's order
+    counts: tuple[str, str, str, str, str, str]
+    retire_pending: str
+    #: correctable, uncorrectable, pending, failure; None: no row in the remap CSV
+    remap: tuple[str, str, str, str] | None
+
+
+def _bus(i: int) -> str:
+    return f"00000000:{0x18 + 0x10 * i:02X}:00.0"
+
+
+def _texts(gpus: list[GpuValues]) -> tuple[str, str]:
+    """The query CSV and the remap CSV nvidia-smi would print for these GPUs."""
+    query, remap = [QUERY_HEADER], [REMAP_HEADER]
+    for i, g in enumerate(gpus):
+        query.append(", ".join([str(i), _bus(i), g.temperature, *g.reasons, *g.counts, g.retire_pending]))
+        if g.remap is not None:
+            remap.append(", ".join([_bus(i), *g.remap]))
+    return "\n".join(query) + "\n", "\n".join(remap) + "\n"
+
 
 @st.composite
-def gpu_outputs(draw: st.DrawFn) -> tuple[str, str, bool]:
-    gpus = draw(st.integers(min_value=1, max_value=8))
-    query = [QUERY_HEADER]
-    remap = [REMAP_HEADER]
-    for i in range(gpus):
-        bus = f"00000000:{0x18 + 0x10 * i:02X}:00.0"
-        fields = [str(i), bus, draw(temps), *(draw(reasons) for _ in range(4)), *(draw(counts) for _ in range(6))]
-        query.append(", ".join([*fields, draw(pending)]))
-        if draw(st.booleans()) or i == 0:
-            remap.append(f"{bus}, {draw(counts)}, {draw(counts)}, {draw(pending)}, {draw(pending)}")
-    return "\n".join(query) + "\n", "\n".join(remap) + "\n", draw(st.booleans())
+def gpu_values(draw: st.DrawFn) -> list[GpuValues]:
+    gpus = []
+    for i in range(draw(st.integers(min_value=1, max_value=8))):
+        with_remap = draw(st.booleans()) or i == 0
+        gpus.append(
+            GpuValues(
+                draw(temps),
+                (draw(reasons), draw(reasons), draw(reasons), draw(reasons)),
+                (draw(counts), draw(counts), draw(counts), draw(counts), draw(counts), draw(counts)),
+                draw(pending),
+                (draw(counts), draw(counts), draw(pending), draw(pending)) if with_remap else None,
+            )
+        )
+    return gpus
 
 
 def _doc(query: str, remap: str) -> ProbeDocument:
@@ -78,61 +113,60 @@ def _doc(query: str, remap: str) -> ProbeDocument:
     )
 
 
-def _dump(found: list[Finding]) -> list[dict]:
-    return [f.model_dump(mode="json") for f in found]
-
-
-def _outcome(check, doc: ProbeDocument) -> object:
-    """The findings, or what the check raised (skipped or unknown): both paths must agree on either."""
+def _tags(check, doc: ProbeDocument) -> set[Tag]:
+    """The tags of the check's findings; a skip or an unknown (nothing to judge) gives none."""
     try:
-        return _dump(check(doc, CTX))
-    except (NotApplicable, Unobservable) as exc:
-        return (type(exc).__name__, str(exc))
+        return {f.tag for f in check(doc, CTX)}
+    except (NotApplicable, Unobservable):
+        return set()
 
 
-SHORTCUTS = {
-    gpu.check_gpu_ecc: "_ecc_all_clear",
-    gpu.check_gpu_row_remap: "_remap_all_clear",
-    gpu.check_gpu_thermal: "_thermal_all_clear",
-}
-
-
-NOTHING_TO_JUDGE = (
-    QUERY_HEADER + "\n0, 00000000:18:00.0, [N/A], [N/A], [N/A], [N/A], [N/A], 0, 0, 0, 0, 0, 0, No\n",
-    REMAP_HEADER + "\n00000000:18:00.0, 0, 0, No, No\n",
-    False,
-)
+CLEAR = GpuValues("40", ("Not Active",) * 4, ("0",) * 6, "No", ("0", "0", "No", "No"))
 
 
 @settings(max_examples=400, deadline=None)
-@example(NOTHING_TO_JUDGE)
-@given(gpu_outputs())
-def test_the_gpu_shortcuts_answer_what_the_full_evaluation_answers(outputs: tuple[str, str, bool]) -> None:
-    query, remap, _ = outputs
-    for check, shortcut in SHORTCUTS.items():
-        quick = _outcome(check, _doc(query, remap))
-        original = getattr(gpu, shortcut)
-        setattr(gpu, shortcut, lambda *args: None)
-        try:
-            full = _outcome(check, _doc(query, remap))
-        finally:
-            setattr(gpu, shortcut, original)
-        assert quick == full, (check.__name__, query, remap)
+@example([CLEAR])
+@example([CLEAR._replace(counts=("0", "2", "0", "2", "0", "0"))])
+@given(gpu_values())
+def test_generated_gpu_outputs_are_judged_by_what_nvidia_smi_means(gpus: list[GpuValues]) -> None:
+    query, remap = _texts(gpus)
+    # WHEN the ECC, remap and thermal checks judge them THEN findings or a skip, never another exception
+    ecc = _tags(gpu.check_gpu_ecc, _doc(query, remap))
+    remapping = _tags(gpu.check_gpu_row_remap, _doc(query, remap))
+    thermal = _tags(gpu.check_gpu_thermal, _doc(query, remap))
+    # an uncorrectable error since the driver loaded fails the GPU; a pending retirement never passes
+    if any(g.counts[1] in ERRORS for g in gpus):
+        assert Tag.FAIL in ecc and Tag.PASS not in ecc, query
+    if any(g.retire_pending in YES for g in gpus):
+        assert Tag.PASS not in ecc, query
+    # a failed remap fails; a pending one never passes
+    if any(g.remap and g.remap[3] in YES for g in gpus):
+        assert Tag.FAIL in remapping, remap
+    if any(g.remap and g.remap[2] in YES for g in gpus):
+        assert Tag.PASS not in remapping, remap
+    # a hot GPU or one whose clocks are held down never passes
+    if any(g.temperature in HOT or {"Active", "1", "Active <=="} & set(g.reasons) for g in gpus):
+        assert Tag.PASS not in thermal, query
 
 
-def test_the_shortcuts_take_the_usual_node_and_leave_every_fault_to_the_full_path() -> None:
+@pytest.mark.parametrize("size", [1, 3, 8])
+def test_a_clear_output_passes_every_gpu_memory_and_thermal_check(size: int) -> None:
+    query, remap = _texts([CLEAR] * size)
+    for check in (gpu.check_gpu_ecc, gpu.check_gpu_row_remap, gpu.check_gpu_thermal):
+        assert _tags(check, _doc(query, remap)) == {Tag.PASS}, check.__name__
+
+
+def test_the_simulated_node_passes_and_each_simulated_fault_is_caught() -> None:
     healthy = node_document("ip-10-1-2-3", NOW, orchestrator="EKS")
-    gs = gpu.GpuSet(healthy)
-    assert gpu._ecc_all_clear(gs.gpus) is not None
-    assert gpu._remap_all_clear(gs.gpus, False) is not None
-    assert gpu._thermal_all_clear(gs.gpus) is not None
-    for fault, shortcut in (
-        ("uce", lambda g: gpu._ecc_all_clear(g.gpus)),
-        ("remap_pending", lambda g: gpu._remap_all_clear(g.gpus, False)),
-        ("hot_gpu", lambda g: gpu._thermal_all_clear(g.gpus)),
+    for check in (gpu.check_gpu_ecc, gpu.check_gpu_row_remap, gpu.check_gpu_thermal):
+        assert _tags(check, healthy) == {Tag.PASS}, check.__name__
+    for fault, check, tag in (
+        ("uce", gpu.check_gpu_ecc, Tag.FAIL),
+        ("remap_pending", gpu.check_gpu_row_remap, Tag.WARN),
+        ("hot_gpu", gpu.check_gpu_thermal, Tag.WARN),
     ):
-        faulty = gpu.GpuSet(node_document("ip-10-1-2-3", NOW, orchestrator="EKS", faults=(fault,)))
-        assert shortcut(faulty) is None, fault
+        faulty = node_document("ip-10-1-2-3", NOW, orchestrator="EKS", faults=(fault,))
+        assert _tags(check, faulty) == {tag}, fault
 
 
 IDENTITY = {

@@ -1,4 +1,5 @@
-"""Kernel-log evaluators (probe/kernel.py): windowed Xid (§ G.1), kernel faults (§ N), OOM kills (§ I.3)."""
+"""Kernel-log evaluators: windowed Xid (§ G.1, probe/kernel.py), kernel faults (§ N, probe/kernel_faults.py),
+OOM kills (§ I.3, probe/oom.py)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,9 @@ from hyperpod_debugger.domain.observations import NotApplicable, Unobservable
 from hyperpod_debugger.domain.sections import is_section
 from hyperpod_debugger.probe.base import ProbeContext
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
-from hyperpod_debugger.probe.kernel import (
-    CHECK_FAULTS,
-    CHECK_OOM,
-    CHECK_XID,
-    CHECKS,
-    check_kernel_faults,
-    check_oom,
-    check_xid,
-    oom_kills,
-)
+from hyperpod_debugger.probe.kernel import CHECK_XID, CHECKS, check_xid
+from hyperpod_debugger.probe.kernel_faults import CHECK_FAULTS, check_kernel_faults
+from hyperpod_debugger.probe.oom import CHECK_OOM, check_oom, oom_kills
 from hyperpod_debugger.probe.parse.klog import parse_log
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "kernel"

@@ -1,4 +1,4 @@
-"""Kernel-log line parser and window rule (probe/klog.py): every layout the kernel_log items arrive in."""
+"""Kernel-log line parser and window rule (probe/parse/klog.py): every layout the kernel_log items arrive in."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hyperpod_debugger.probe.document import TRUNCATION_MARKER
-from hyperpod_debugger.probe.parse import nvsmi
+from hyperpod_debugger.probe.parse import dcgmi, nvsmi
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "gpu"
 
@@ -302,13 +302,13 @@ def test_nvlink_empty_output_and_all_inactive_message():
 
 def test_dcgm_healthy_report_has_a_verdict_and_no_incident():
     # GIVEN the recorded healthy report WHEN parsed THEN Healthy, no incidents
-    report = nvsmi.parse_dcgm_health(fixture("dcgmi-health-check-healthy.txt"))
+    report = dcgmi.parse_dcgm_health(fixture("dcgmi-health-check-healthy.txt"))
     assert report.overall == "Healthy" and report.incidents == ()
 
 
 def test_dcgm_failure_report_joins_wrapped_messages_per_gpu_and_system():
     # GIVEN the recorded failure report (two GPUs, wrapped messages)
-    report = nvsmi.parse_dcgm_health(fixture("dcgmi-health-check-failure-memory.txt"))
+    report = dcgmi.parse_dcgm_health(fixture("dcgmi-health-check-failure-memory.txt"))
     # THEN overall Failure and one incident per GPU/system with the whole message
     assert report.overall == "Failure"
     found = [(i.entity, i.system, i.health) for i in report.incidents]
@@ -322,7 +322,7 @@ def test_dcgm_failure_report_joins_wrapped_messages_per_gpu_and_system():
 
 def test_dcgm_old_boxed_layout_is_understood():
     # GIVEN the recorded DCGM 1.x layout
-    report = nvsmi.parse_dcgm_health(fixture("dcgmi-1x-health-check-warning-boxed.txt"))
+    report = dcgmi.parse_dcgm_health(fixture("dcgmi-1x-health-check-warning-boxed.txt"))
     # THEN the verdict and the GPU 0 PCIe incident are read
     assert report.overall == "Warning"
     [incident] = report.incidents
@@ -335,7 +335,7 @@ def test_dcgm_old_boxed_layout_is_understood():
 )
 def test_dcgm_errors_give_no_verdict_and_keep_the_reason(name):
     # GIVEN dcgmi without watches or without its host engine WHEN parsed THEN no verdict, the reason kept
-    report = nvsmi.parse_dcgm_health(fixture(name))
+    report = dcgmi.parse_dcgm_health(fixture(name))
     assert report.overall is None
     assert report.error_line and report.error_line.startswith("Error")
 
@@ -350,7 +350,7 @@ def test_dcgm_errors_give_no_verdict_and_keep_the_reason(name):
         ("v100-470-q-retired-pages-throttle.txt", nvsmi.parse_q),
         ("p5-query-gpu-ecc-and-hot-gpu.csv", nvsmi.parse_csv),
         ("p5-nvlink-status-18-links-healthy.txt", nvsmi.parse_nvlink),
-        ("dcgmi-health-check-failure-memory.txt", nvsmi.parse_dcgm_health),
+        ("dcgmi-health-check-failure-memory.txt", dcgmi.parse_dcgm_health),
     ],
 )
 def test_parsers_survive_cut_and_garbled_input(name, parse):

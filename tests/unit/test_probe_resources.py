@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pathlib
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -204,7 +203,7 @@ def test_given_p5_without_any_instance_store_disk_when_checked_then_warn_p1_inve
 def test_given_hyphenated_family_p6_b200_without_instance_store_when_checked_then_expected_all_the_same():
     # GIVEN ml.p6-b200.48xlarge (hyphenated family, NVMe expected) with EBS only
     d = doc(findmnt=fx("rec-findmnt-J-p5-no-data-volumes.json"), lsblk=fx("rec-lsblk-J-old-util-linux-ebs-only.json"))
-    # WHEN judged  THEN the expectation applies (weak spot 30)
+    # WHEN judged  THEN the expectation applies (the hyphen does not hide the family)
     (f,) = problems(check_data_volumes(d, ctx("ml.p6-b200.48xlarge")))
     assert f.priority is Priority.P1 and "ml.p6-b200.48xlarge" in f.message
 
@@ -416,24 +415,3 @@ def test_every_check_is_exported_with_its_section():
         ("probe.shm", "I.1"),
         ("probe.memory", "I.3"),
     }
-
-
-def test_all_resource_checks_on_a_typical_document_take_well_under_two_milliseconds():
-    # GIVEN a typical p5 document, fresh each round (no cache carried over)
-    texts = {
-        "df": fx("rec-df-P-k-p5-healthy.txt"),
-        "df_inodes": fx("rec-df-P-i-p5-sagemaker-inodes-95pct.txt"),
-        "findmnt": fx("rec-findmnt-J-p5-data-volumes.json"),
-        "lsblk": fx("rec-lsblk-J-p5-instance-store.json"),
-        "meminfo": fx("rec-meminfo-p5-healthy.txt"),
-        "free": fx("rec-free-b-p5.txt"),
-    }
-    rounds = 50
-    start = time.perf_counter()
-    for _ in range(rounds):
-        d = doc(**texts)
-        for check in resources.CHECKS:
-            check.run(d, ctx())
-    per_doc = (time.perf_counter() - start) / rounds
-    # THEN well inside the 2 ms budget all evaluators share
-    assert per_doc < 0.002

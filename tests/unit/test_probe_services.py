@@ -58,7 +58,7 @@ def test_given_the_services_a_role_needs_are_active_when_checked_then_one_pass(n
 
 
 def test_given_a_slurm_node_without_containerd_when_checked_then_containerd_is_not_judged():
-    # GIVEN a Slurm compute node: containerd and kubelet inactive (weak spot 18)
+    # GIVEN a Slurm compute node: containerd and kubelet inactive (Slurm runs neither)
     findings = check_services(doc(fx("rec-is-active-slurm-compute-healthy.txt")), ctx("Slurm"))
     # WHEN judged  THEN no finding about containerd
     assert not problems(findings) and not any("containerd" in f.message for f in findings)

@@ -182,7 +182,7 @@ def test_given_wrong_chronyc_output_when_timedatectl_answers_then_timedatectl_is
 
 
 def test_given_neither_tool_installed_when_checked_then_skipped_with_the_reason_not_unhealthy():
-    # GIVEN chronyc and timedatectl both exit 127 (weak spot 20: not "unhealthy")
+    # GIVEN chronyc and timedatectl both exit 127 (a missing tool is not "unhealthy")
     with pytest.raises(NotApplicable, match="neither chronyc nor timedatectl"):
         run(**MISSING)
     # AND absent items skip the same way

@@ -65,7 +65,8 @@ PRIVATE_KEYS = {
 }
 
 
-def _presigned(token: str, ak: str) -> str:
+def _presigned(token: str, ak: str) -> tuple[str, str]:
+    """A presigned S3 URL carrying ``token`` and ``ak``, and its signature."""
     signature = _pick("0123456789abcdef", 64)
     return (
         "https://amzn-s3-demo-bucket.s3.us-west-2.amazonaws.com/lifecycle/on_create.sh?X-Amz-Algorithm=AWS4-HMAC-SHA256"
@@ -306,7 +307,7 @@ def test_a_channel_error_holds_no_secret_so_no_dead_letter_reason_can() -> None:
     ids=["characters-sqs-refuses", "nested", "not-json"],
 )
 def test_an_unprocessed_input_is_kept_in_characters_sqs_accepts(event: object) -> None:
-    from functions.monitor.adapters import _kept_body
+    from functions.monitor.runtime import _kept_body
 
     body = _kept_body(event)
     # SQS's allowed characters: #x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-#x10FFFF
@@ -317,7 +318,7 @@ def test_an_unprocessed_input_is_kept_in_characters_sqs_accepts(event: object) -
 
 
 def test_an_input_nested_too_deep_to_serialise_is_still_kept() -> None:
-    from functions.monitor.adapters import _kept_body
+    from functions.monitor.runtime import _kept_body
 
     deep: list = []
     for _ in range(100_000):

@@ -18,7 +18,7 @@ def _checks(*ids):
     return tuple(c for c in ALL_CHECKS if c.id in ids)
 
 
-def test_weak_spot_1_and_23_access_denied_names_the_action_points_at_the_blocked_check_and_the_run_continues():
+def test_access_denied_names_the_action_points_at_the_blocked_check_and_the_run_continues():
     # GIVEN EC2 refuses DescribeSecurityGroups
     obs = b.observation(network=b.network(security_groups=Observed.failed(DENIED)))
     obs.failures.append(DENIED)
@@ -32,7 +32,7 @@ def test_weak_spot_1_and_23_access_denied_names_the_action_points_at_the_blocked
     assert status == {"network.efa_sg": CheckStatus.UNKNOWN, "vpc.dns": CheckStatus.RAN}
 
 
-def test_weak_spot_2_denied_listing_is_not_reported_as_zero_nodes():
+def test_denied_listing_is_not_reported_as_zero_nodes():
     failure = ApiFailure("sagemaker:ListClusterNodes", "denied", "denied", "AccessDeniedException")
     obs = b.observation(nodes=Observed.failed(failure))
     obs.failures.append(failure)

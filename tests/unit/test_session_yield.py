@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -29,9 +30,9 @@ class SimClock:
 
     def __init__(self) -> None:
         self.now = 0.0
-        self._events: list[tuple[float, object]] = []
+        self._events: list[tuple[float, Callable[[], object]]] = []
 
-    def at(self, when: float, action) -> None:  # noqa: ANN001 - a callable
+    def at(self, when: float, action: Callable[[], object]) -> None:
         self._events.append((when, action))
 
     async def sleep(self, seconds: float) -> None:
@@ -167,7 +168,8 @@ def _probe(throttled_first: int, *, close_after: float = 0.45):
     seconds in: the first StartSession is answered ``throttled_first`` throttles before it goes through (what
     botocore's retries see and ``AwsClients`` counts). Returns the run, the targets the fake Session Manager
     got and what the batch was told of the pace."""
-    sim, clients, called = SimClock(), _Clients(), []
+    sim, clients = SimClock(), _Clients()
+    called: list[str] = []
     nodes = [b.node(f"i-{i:017x}") for i in range(8)]
 
     async def run(target: str, command: str) -> CommandResult:

@@ -18,8 +18,6 @@ from hyperpod_debugger.slurm.parse import (
     parse_scontrol_nodes,
     parse_services,
     parse_sinfo,
-    parse_sinfo_reasons,
-    parse_sinfo_table,
     parse_squeue,
     parse_state,
     slurm_query_command,
@@ -125,29 +123,6 @@ def test_expand_hostlist():
 # --------------------------------------------------------------------------- real sinfo outputs
 
 
-def test_sinfo_default_table_fail_after_job():
-    nodes = {n.name: n for n in parse_sinfo_table(fixture("hyperpod-sinfo-fail-after-job"))}
-    assert set(nodes) == {"ip-10-1-57-141", "ip-10-1-69-138"}
-    assert nodes["ip-10-1-57-141"].state.label == "fail"
-    assert nodes["ip-10-1-69-138"].state.label == "idle"
-
-
-def test_sinfo_failg_is_failing_not_unknown():
-    nodes = {n.name: n for n in parse_sinfo_table(fixture("hyperpod-sinfo-failg-action-replace"))}
-    assert nodes["ip-10-1-57-141"].state.failing
-    assert nodes["ip-10-1-69-138"].state.base == "ALLOCATED"
-
-
-def test_sinfo_reasons_kill_task_failed():
-    [node] = parse_sinfo_reasons(fixture("hyperpod-sinfo-R-kill-task-failed"))
-    assert (node.name, node.reason, node.user, node.timestamp) == (
-        "ip-10-0-1-23",
-        "Kill task failed",
-        "root",
-        "2024-01-25T15:12:23",
-    )
-
-
 def test_sinfo_padded_O_format_with_dollar_suffix():
     fields = ("name", "gres", "gres_used", "cpus_total", "cpus", "state", "partition")
     nodes = {n.name: n for n in parse_sinfo(fixture("sinfo-N-O-width256-meta-gcm-drained-dollar"), fields)}
@@ -156,15 +131,6 @@ def test_sinfo_padded_O_format_with_dollar_suffix():
     assert drained.state.drained and "MAINTENANCE" in drained.state.flags
     assert drained.extra["cpus"] == "0/0/256/256"
     assert {n.state.label for name, n in nodes.items() if name != "node2654"} <= {"idle", "allocated", "mixed"}
-
-
-def test_sinfo_all_format_duplicate_headers_and_star():
-    nodes = {n.name: n for n in parse_sinfo_table(fixture("sinfo-N-o-all-meta-gcm-drain-star-replace"))}
-    assert set(nodes) == {"node0201", "node1537", "node4180"}  # node0201 twice (two partitions), kept once
-    bad = nodes["node0201"]
-    assert bad.state.drained and bad.state.not_responding
-    assert (bad.reason, bad.user, bad.timestamp) == ("replace", "root", "2022-06-02T05:54:34")
-    assert nodes["node1537"].reason is None and nodes["node1537"].state.base == "ALLOCATED"
 
 
 def test_squeue_default_table_running_on_failing_node():

@@ -16,7 +16,7 @@ import pytest
 from hyperpod_debugger.domain.model import CheckStatus, Priority, Tag
 from hyperpod_debugger.probe.consistency import CHECK_FLOOR, CHECK_SKEW, NodeVersions, compare
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
-from hyperpod_debugger.probe.versions import newer, parse, version_key
+from hyperpod_debugger.probe.versions import parse, version_key
 from tests import builders
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
@@ -185,7 +185,6 @@ def test_neuron_versions_and_a_runtime_with_only_its_major():
 def test_versions_order_by_their_numbers():
     assert version_key("570.195.03") < version_key("580.95.05")
     assert version_key("1.9.0") < version_key("1.10.0")
-    assert newer("2.18.3", "2.21.5") == "2.21.5"
 
 
 # ------------------------------------------------------------------------------------------- the comparison

@@ -20,8 +20,14 @@ from hyperpod_debugger.aws.ssm_session import (
     is_presigned,
     marker_pattern,
     sigv4_headers,
-    unwrap_command,
     wrap_command,
+)
+from tests.ssm_agent_side import (
+    channel_closed_payload,
+    exit_code_payload,
+    handshake_complete_payload,
+    handshake_request_payload,
+    parse_handshake_response,
 )
 
 FIXED_ID = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
@@ -100,7 +106,6 @@ def test_golden_bytes_decode_to_the_fields():
         created_date=1_700_000_000_123,
         schema_version=1,
     )
-    assert message.is_data
 
 
 def test_uuid_wire_layout_is_low_half_first():
@@ -224,7 +229,7 @@ def test_bad_acknowledgements(payload):
 
 
 def test_handshake_request_with_kms():
-    payload = proto.handshake_request_payload(
+    payload = handshake_request_payload(
         "3.3.1142.0",
         [
             ("SessionType", {"SessionType": "NonInteractiveCommands", "Properties": None}),
@@ -265,7 +270,7 @@ def test_handshake_response_field_names():
         ],
         "Errors": ["not supported"],
     }
-    version, actions, errors = proto.parse_handshake_response(payload)
+    version, actions, errors = parse_handshake_response(payload)
     assert version == "1.2.312.0" and errors == ["not supported"]
     assert [(a.action_type, a.status) for a in actions] == [
         ("SessionType", proto.ActionStatus.SUCCESS),
@@ -274,14 +279,14 @@ def test_handshake_response_field_names():
 
 
 def test_handshake_complete():
-    payload = proto.handshake_complete_payload(1_500_000_000, "hello")
+    payload = handshake_complete_payload(1_500_000_000, "hello")
     assert json.loads(payload) == {"HandshakeTimeToComplete": 1_500_000_000, "CustomerMessage": "hello"}
     assert proto.parse_handshake_complete(payload) == proto.HandshakeComplete(1_500_000_000, "hello")
     assert proto.parse_handshake_complete(b"{}") == proto.HandshakeComplete(0, "")
 
 
 def test_channel_closed():
-    payload = proto.channel_closed_payload("sess-1", "Session is terminated")
+    payload = channel_closed_payload("sess-1", "Session is terminated")
     assert json.loads(payload)["MessageType"] == "channel_closed"
     closed = proto.parse_channel_closed(payload)
     assert (closed.output, closed.session_id) == ("Session is terminated", "sess-1")
@@ -292,7 +297,7 @@ def test_channel_closed():
 @pytest.mark.parametrize(("payload", "code"), [(b"EXIT_CODE: 0", 0), (b"EXIT_CODE: 3", 3), (b"EXIT_CODE: -1\n", -1)])
 def test_exit_code(payload, code):
     assert proto.parse_exit_code(payload) == code
-    assert proto.parse_exit_code(proto.exit_code_payload(code)) == code
+    assert proto.parse_exit_code(exit_code_payload(code)) == code
 
 
 @pytest.mark.parametrize("payload", [b"", b"EXIT: 1", b"EXIT_CODE: x", b"3"])
@@ -322,8 +327,11 @@ def test_header_struct_matches_the_offsets():
 NONCE = "0123456789abcdef"
 
 
-def test_wrapped_command_splits_into_sh_and_the_original_words():
-    command = "bash -c 'echo QUJD | base64 -d | gunzip -c | bash'"
+@pytest.mark.parametrize(
+    "command",
+    ["bash -c 'echo QUJD | base64 -d | gunzip -c | bash'", "true", "bash -c 'echo a; exit 3'", 'echo "it\'s" sh -c x'],
+)
+def test_wrapped_command_splits_into_sh_and_the_original_words(command):
     wire = wrap_command(command, NONCE)
     assert wire.endswith(" sh " + command)  # the caller's text travels verbatim
     argv = shlex.split(wire)
@@ -331,12 +339,6 @@ def test_wrapped_command_splits_into_sh_and_the_original_words():
     assert argv[4:] == shlex.split(command)
     assert "__HPD_RC_" + NONCE in argv[2] and "'" not in argv[2]
     assert "\n" not in wire
-
-
-@pytest.mark.parametrize("command", ["true", "bash -c 'echo a; exit 3'", 'echo "it\'s" sh -c x'])
-def test_unwrap_command_inverts_wrap_command(command):
-    assert unwrap_command(wrap_command(command, NONCE)) == (command, NONCE)
-    assert unwrap_command(command) is None
 
 
 def test_wrap_command_rejects_a_bad_nonce():

@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from functions.monitor.logic import alerts
+from functions.monitor.stream_records import read_records
 from hyperpod_debugger.aws.store import from_item, to_item, typed
+from hyperpod_debugger.domain.model import Priority, Tag
 from hyperpod_debugger.lifecycle.findings import State, StoredFinding, TransitionKind
 
 CAPTURE = json.loads(
@@ -32,8 +33,8 @@ def stored(state: State = State.OPEN) -> StoredFinding:
         instance_id="i-0123456789abcdef0",
         check="probe.xid",
         section="G.1",
-        tag="FAIL",
-        priority="P0",
+        tag=Tag.FAIL,
+        priority=Priority.P0,
         state=state,
         first_seen=AT,
         last_seen=AT,
@@ -58,7 +59,7 @@ def transition_record(kind: TransitionKind, *, old: bool) -> dict:
 
 
 def test_a_captured_stream_event_is_read_whole_and_holds_no_transition():
-    read = alerts.read_records(CAPTURE["Records"], from_item=from_item)
+    read = read_records(CAPTURE["Records"], from_item=from_item)
     assert list(read.records) == ["1100000000000136137170", "1200000000000136158523"]
     assert read.unreadable == {} and read.orphans == []
     assert read.changes == []  # its items are not findings
@@ -66,7 +67,7 @@ def test_a_captured_stream_event_is_read_whole_and_holds_no_transition():
 
 @pytest.mark.parametrize("old", [False, True], ids=["insert", "modify"])
 def test_a_finding_transition_in_a_real_envelope_becomes_one_change(old):
-    read = alerts.read_records([transition_record(TransitionKind.NEW, old=old)], from_item=from_item)
+    read = read_records([transition_record(TransitionKind.NEW, old=old)], from_item=from_item)
     assert read.unreadable == {}
     [change] = read.changes
     assert change.kind is TransitionKind.NEW and change.at == AT
@@ -77,7 +78,7 @@ def test_a_finding_transition_in_a_real_envelope_becomes_one_change(old):
 def test_an_unchanged_transition_time_is_a_heartbeat_not_a_change():
     record = transition_record(TransitionKind.NEW, old=True)
     record["dynamodb"]["OldImage"] = copy.deepcopy(record["dynamodb"]["NewImage"])
-    assert alerts.read_records([record], from_item=from_item).changes == []
+    assert read_records([record], from_item=from_item).changes == []
 
 
 @pytest.mark.parametrize(
@@ -97,7 +98,7 @@ def test_a_damaged_record_is_set_aside_with_where_and_why_and_the_others_still_r
     bad["dynamodb"]["SequenceNumber"] = "9000001"
     damage(bad)
     good = transition_record(TransitionKind.NEW, old=False)
-    read = alerts.read_records([bad, good], from_item=from_item)
+    read = read_records([bad, good], from_item=from_item)
     assert list(read.unreadable) == ["9000001"]
     assert read.unreadable["9000001"].startswith(where)
     assert "Xid 79" not in read.unreadable["9000001"]  # the reason never copies the item

@@ -11,7 +11,7 @@ import json
 from datetime import timedelta
 
 from functions.monitor.logic.sweep import RotationSettings, SweepResult, plan_probe_batches
-from functions.shared.events import PROBE_ITEM_SELECTOR, ProbeBatch
+from functions.shared.sweep_items import PROBE_ITEM_SELECTOR, ProbeBatch
 from hyperpod_debugger.domain.model import ClusterRef, Coverage
 from hyperpod_debugger.domain.observations import Observed
 from hyperpod_debugger.triage import build_report

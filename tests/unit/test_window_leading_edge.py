@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -181,7 +182,7 @@ class MemoryWindows:
         if self.record is not None and self.record.open and self.record.window.window_id == window.window_id:
             self.record = restore
 
-    def claim(self, window: windows.Window, now: datetime) -> str:
+    def claim(self, window: windows.Window, now: datetime) -> Literal["claimed", "gone", "superseded"]:
         current = self.record
         if current is not None and current.open and current.window.window_id == window.window_id:
             self.record = windows.LastWindow(current.window, now)
@@ -193,7 +194,7 @@ class MemoryWindows:
     def kept(self, cluster_arn: str) -> list[dict[str, Any]]:
         return sorted(self.events.values(), key=lambda r: (r["received_at"], r["event_id"]))
 
-    def discard(self, cluster_arn: str, event_ids: list[str]) -> int:
+    def discard(self, cluster_arn: str, event_ids: Sequence[str]) -> int:
         return sum(1 for e in event_ids if self.events.pop(e, None) is not None)
 
 

@@ -7,13 +7,16 @@
 | :mod:`.windows` | the window queue (SQS, delayed until a window is due) | ``logic.windows.run_window`` |
 | :mod:`.sweep` | the sweep state machine, one cluster per call | ``logic.sweep.sweep_cluster`` |
 | :mod:`.probes` | the sweep's inner Map, one batch of nodes per call | ``logic.sweep.probe_batch`` |
-| :mod:`.stream` | the findings table's DynamoDB stream | ``logic.stream.notify`` |
-| :mod:`.alerts` | the alert-group queue (SQS, delayed), and the daily schedule | ``logic.alert_groups.flush`` |
-| :mod:`.outbox` | the outbox (SQS FIFO) | ``logic.outbox.Courier`` |
+| :mod:`.stream` | the findings table's DynamoDB stream | ``logic.stream.Notifier`` (per record) |
+| :mod:`.alerts` | the alert-group queue (SQS, delayed); daily | ``logic.alert_groups.flush`` (or ``daily_summary``) |
+| :mod:`.outbox` | the outbox (SQS FIFO) | ``logic.outbox.Courier`` (per record) |
 
-Importing this package imports none of them (each function loads only its own). For the demo and the
-tests, the entry points are also reachable by their old names (``handlers.event_handler``, ...),
-loaded on first use.
+The batch functions (windows, stream, alerts, outbox) hand each record to Powertools' batch processor: a record
+handler that raises fails its record, and the steps across records hook the processor (``handlers.stream``,
+``handlers.outbox``).
+
+Importing this package imports none of them (each function loads only its own). For the demo and the tests, the
+entry points are also reachable by their old names (``handlers.event_handler``, ...), loaded on first use.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ record without a message id (no partial response could name it); an empty batch 
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -17,14 +18,16 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.monitor.adapters import DeliveryLedger, SqsOutbox, keep_unprocessed
+from functions.monitor import wiring
+from functions.monitor.adapters import SqsOutbox
 from functions.monitor.alert_store import AlertGroupQueue, TableAlertGroups
-from functions.monitor.logic import alert_groups, alerts, outbox
-from functions.monitor.runtime import deadline, now, with_env
-from functions.shared.clients import bookkeeping_clients, clients
+from functions.monitor.logic import alert_groups, alerts
+from functions.monitor.logic.alerts import ClusterRef
+from functions.monitor.runtime import now, with_env
+from functions.shared.clients import clients
 from functions.shared.env import AlertsEnv, alerts_env
-from functions.shared.events import batch_records, without_surrogates
 from functions.shared.observability import logger, metrics, tracer
+from functions.shared.odd_input import batch_records, without_surrogates
 from hyperpod_debugger.aws.incident_store import IncidentStore
 from hyperpod_debugger.notify import alerts as words
 from hyperpod_debugger.notify.policy import Batch
@@ -45,63 +48,48 @@ def render(batch: Batch, *, runbook_base_url: str | None) -> alerts.Message:
     return alerts.Message({}, subject, body)
 
 
-class _Run:
-    """The ports one invocation shares."""
+def _set_aside(env: AlertsEnv, content: Any, reason: str) -> bool:
+    metrics.add_metric(name="AlertsSetAside", unit=MetricUnit.Count, value=1)
+    logger.error("alert set aside with its content", reason=reason)
+    return wiring.set_aside(env, kind="alert", at="alert")(content, reason)
 
-    def __init__(self, env: AlertsEnv, context: LambdaContext) -> None:
-        aws = clients(env.AWS_REGION)
-        self.env = env
-        self.groups = TableAlertGroups(aws, env.FINDINGS_TABLE)
-        self.queue = AlertGroupQueue(aws, env.ALERT_GROUP_QUEUE_URL)
-        self.store = IncidentStore(aws, env.FINDINGS_TABLE)
-        self.outbox = SqsOutbox(aws, env.OUTBOX_QUEUE_URL)
-        self.ledger: outbox.Ledger = outbox.NoLedger()
-        if env.IDEMPOTENCY_TABLE:
-            self.ledger = DeliveryLedger(
-                bookkeeping_clients(env.AWS_REGION), env.IDEMPOTENCY_TABLE, deadline=deadline(context)
-            )
 
-    def set_aside(self, content: Any, reason: str) -> bool:
-        errors = [{"at": "alert", "error": reason}]
-        metrics.add_metric(name="AlertsSetAside", unit=MetricUnit.Count, value=1)
-        logger.error("alert set aside with its content", reason=reason)
-        return keep_unprocessed(
-            self.env.UNPROCESSED_QUEUE_URL, self.env.AWS_REGION, content, kind="alert", errors=errors
-        )
+def _ports(env: AlertsEnv, context: LambdaContext) -> alert_groups.AlertPorts:
+    aws = clients(env.AWS_REGION)
+    return alert_groups.AlertPorts(
+        groups=TableAlertGroups(aws, env.FINDINGS_TABLE),
+        store=IncidentStore(aws, env.FINDINGS_TABLE),
+        policy=env.policy,
+        channels=env.channels,
+        render=partial(render, runbook_base_url=env.RUNBOOK_BASE_URL),
+        outbox_port=SqsOutbox(aws, env.OUTBOX_QUEUE_URL),
+        ledger=wiring.delivery_ledger(env, context),
+        set_aside=partial(_set_aside, env),
+    )
 
-    def render(self, batch: Batch) -> alerts.Message:
-        return render(batch, runbook_base_url=self.env.RUNBOOK_BASE_URL)
 
-    def flush(self, body: dict[str, Any]) -> alert_groups.FlushResult:
-        return alert_groups.flush(
-            body,
-            groups=self.groups,
-            store=self.store,
-            queue=self.queue,
-            policy=self.env.policy,
-            channels=self.env.channels,
-            render=self.render,
-            outbox_port=self.outbox,
-            ledger=self.ledger,
-            set_aside=self.set_aside,
-            now=now(),
-            wait_s=self.env.ALERT_GROUP_WAIT_S,
-            interval_s=self.env.ALERT_GROUP_INTERVAL_S,
-            unreadable=lambda: dict(self.store.unreadable_items),
-        )
+def flush_message(record: SQSRecord) -> tuple[ClusterRef, str]:
+    """The cluster and window a flush message names. Raises ``ValueError`` (``TypeError``: a body that is not
+    a string) for one that cannot be read."""
+    body = json.loads(record.body)
+    if not isinstance(body, dict):
+        raise ValueError("the body is not a JSON object")
+    return alert_groups.message_of(body)
 
-    def daily(self) -> dict[str, Any]:
-        return alert_groups.daily_summary(
-            groups=self.groups,
-            store=self.store,
-            policy=self.env.policy,
-            channels=self.env.channels,
-            render=self.render,
-            outbox_port=self.outbox,
-            ledger=self.ledger,
-            set_aside=self.set_aside,
-            now=now(),
-        )
+
+def _flush(env: AlertsEnv, ports: alert_groups.AlertPorts, record: SQSRecord) -> None:
+    """The record handler: one flush (a message that cannot be read is set aside, not retried)."""
+    try:
+        ref, window = flush_message(record)
+    except (ValueError, TypeError) as exc:
+        ports.set_aside(record.raw_event, f"alert-group message that cannot be read: {exc}")
+        return
+    queue = AlertGroupQueue(clients(env.AWS_REGION), env.ALERT_GROUP_QUEUE_URL)
+    wait_s, interval_s = env.ALERT_GROUP_WAIT_S, env.ALERT_GROUP_INTERVAL_S
+    result = alert_groups.flush(ref, window, ports, queue=queue, now=now(), wait_s=wait_s, interval_s=interval_s)
+    for batch in result.batches:
+        metrics.add_metric(name=f"AlertMessages{batch.kind.title()}", unit=MetricUnit.Count, value=1)
+    logger.info("alert group flushed", **result.summary())
 
 
 @with_env(alerts_env)
@@ -109,35 +97,24 @@ class _Run:
 @metrics.log_metrics
 @tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    run = _Run(alerts_env(), context)
+    env = alerts_env()
+    ports = _ports(env, context)
     event = without_surrogates(event)  # a lone surrogate cannot be logged or kept: shown as U+FFFD
     if isinstance(event, dict) and event.get("detail-type") == "Scheduled Event":
-        summary = run.daily()
+        summary = alert_groups.daily_summary(ports, now=now())
         metrics.add_metric(name="DailySummaries", unit=MetricUnit.Count, value=summary["queued"])
         logger.info("daily summary queued", **summary)
         return summary
-
-    def record_handler(record: SQSRecord) -> None:
-        try:
-            body = json.loads(record.body)
-            if not isinstance(body, dict):
-                raise ValueError("the body is not a JSON object")
-            alert_groups.message_of(body)
-        except (ValueError, TypeError) as exc:  # TypeError: a body that is not a string
-            run.set_aside(record.raw_event, f"alert-group message that cannot be read: {exc}")
-            return
-        result = run.flush(body)
-        for batch in result.batches:
-            metrics.add_metric(name=f"AlertMessages{batch.kind.title()}", unit=MetricUnit.Count, value=1)
-        logger.info("alert group flushed", **result.summary())
-
     batch = batch_records(event)
     for raw, reason in batch.set_aside:
-        run.set_aside(raw, f"alert-group record that cannot be named: {reason}")
+        ports.set_aside(raw, f"alert-group record that cannot be named: {reason}")
     if not batch.records:  # nothing a partial response could name (Powertools refuses an empty batch)
         logger.info("alert-group batch holds no record to flush", set_aside=len(batch.set_aside))
         return {"batchItemFailures": []}
     response = process_partial_response(
-        event={"Records": batch.records}, record_handler=record_handler, processor=_processor, context=context
+        event={"Records": batch.records},
+        record_handler=partial(_flush, env, ports),
+        processor=_processor,
+        context=context,
     )
     return dict(response)

@@ -21,8 +21,9 @@ from functions.monitor.logic import signals
 from functions.monitor.runtime import reject, validation_errors, with_env
 from functions.monitor.signal_run import coalesced, signal_runner
 from functions.shared.env import monitor_env
-from functions.shared.events import parse_hyperpod_event, without_surrogates
+from functions.shared.events import parse_hyperpod_event
 from functions.shared.observability import logger, metrics, tracer
+from functions.shared.odd_input import without_surrogates
 
 
 @with_env(monitor_env)

@@ -18,13 +18,12 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.monitor import hma_logs
-from functions.monitor.adapters import keep_unprocessed
 from functions.monitor.logic import signals
-from functions.monitor.runtime import reject, with_env
+from functions.monitor.runtime import keep_unprocessed, reject, with_env
 from functions.monitor.signal_run import coalesced, signal_runner
 from functions.shared.env import MonitorEnv, monitor_env
-from functions.shared.events import without_surrogates
 from functions.shared.observability import logger, metrics, tracer
+from functions.shared.odd_input import without_surrogates
 
 
 @with_env(monitor_env)

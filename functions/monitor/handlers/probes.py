@@ -1,9 +1,9 @@
 """One batch of the sweep's node probes (one item of the inner Map): probe exactly the nodes named,
-write what changed for them, and remember when each was probed (the rotation's clock)."""
+write what changed for them, and remember when each was probed (the rotation's clock;
+:func:`functions.monitor.logic.sweep.probe_batch`)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -14,16 +14,26 @@ from functions.monitor import fleet_metrics
 from functions.monitor.logic import sweep
 from functions.monitor.runtime import now, validation_errors, with_env
 from functions.shared.clients import clients
-from functions.shared.env import sweep_env
-from functions.shared.events import ProbeBatch, without_surrogates
+from functions.shared.env import SweepEnv, sweep_env
 from functions.shared.observability import logger, metrics, tracer
+from functions.shared.odd_input import without_surrogates
+from functions.shared.sweep_items import ProbeBatch
 from hyperpod_debugger.aws.incident_store import IncidentStore
 from hyperpod_debugger.aws.store import FindingStore
-from hyperpod_debugger.lifecycle.findings import parse_iso
 from hyperpod_debugger.probe.runner import PaceReport, ProbeOptions
-from hyperpod_debugger.triage import run_probe_batch
+from hyperpod_debugger.triage import ProbeBatchRequest, run_probe_batch
 
 START_SESSION = "ssm:StartSession"
+
+
+def _request(item: ProbeBatch, store: sweep.SweepStore, env: SweepEnv, options: ProbeOptions) -> ProbeBatchRequest:
+    """The probe request for the nodes the item names, or for the stored plan batch it names, run as the cluster
+    step scheduled it. Raises ``ValueError`` (``KeyError``, ``TypeError``) for nodes that cannot be probed."""
+    nodes = item.nodes or []
+    if item.batch is not None:
+        planned = sweep.PlannedBatch.stored(store, item.cluster_arn, item.sweep_id, item.batch)
+        nodes, options = planned.nodes, planned.options(options)
+    return sweep.batch_request(item.cluster_arn, nodes, region=env.AWS_REGION, now=now(), options=options)
 
 
 @with_env(sweep_env)
@@ -38,23 +48,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     )
     aws = clients(env.AWS_REGION)
     store = FindingStore(aws, env.FINDINGS_TABLE, history_ttl=env.history_ttl)
+    incidents = IncidentStore(aws, env.FINDINGS_TABLE, ttl=env.history_ttl)
     try:
-        batch = ProbeBatch.model_validate(without_surrogates(event))  # a lone surrogate reads as U+FFFD
-        nodes = batch.nodes
-        if batch.batch is not None:
-            stored = store.plan_batch(batch.cluster_arn, batch.sweep_id, batch.batch)
-            if stored is None:
-                error = f"no stored plan batch {batch.batch} of sweep {batch.sweep_id!r} (expired, or never written)"
-                raise ValueError(error)
-            nodes = stored["nodes"]
-            # the batch runs as the cluster step scheduled it: its share of the rate, its slots, its round
-            options = replace(
-                options,
-                rate=float(stored.get("rate") or options.rate),
-                concurrency=int(stored.get("slots") or options.concurrency),
-                start_until=parse_iso(stored["stop_at"]) if stored.get("stop_at") else None,
-            )
-        request = sweep.batch_request(batch.cluster_arn, nodes or [], region=env.AWS_REGION, now=now(), options=options)
+        item = ProbeBatch.model_validate(without_surrogates(event))  # a lone surrogate reads as U+FFFD
+        request = _request(item, store, env, options)
     except ValidationError as exc:
         logger.error("probe batch rejected", errors=validation_errors(exc))
         return {"status": "rejected", "errors": validation_errors(exc)}
@@ -65,26 +62,28 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     calls, throttles = aws.calls[START_SESSION], aws.throttles[START_SESSION]
     result = sweep.probe_batch(
         request,
-        probe=lambda req: run_probe_batch(req, aws),
+        probe=lambda request: run_probe_batch(request, aws),
         store=store,
-        incidents=IncidentStore(aws, env.FINDINGS_TABLE, ttl=env.history_ttl),
+        incidents=incidents,
         repair_grace=env.repair_grace,
     )
-    fleet_metrics.emit_sessions(
-        batch.cluster_name or batch.cluster_arn,
-        aws.calls[START_SESSION] - calls,
-        aws.throttles[START_SESSION] - throttles,
-    )
+    cluster = item.cluster_name or item.cluster_arn
+    fleet_metrics.emit_sessions(cluster, aws.calls[START_SESSION] - calls, aws.throttles[START_SESSION] - throttles)
+    return _report(result, item, paced[-1] if paced else None)
+
+
+def _report(result: sweep.BatchResult, item: ProbeBatch, pace: PaceReport | None) -> dict[str, Any]:
+    """Log and count the batch; what the state machine gets back."""
     if result.status != "processed":
-        logger.error("probe batch failed", cluster=batch.cluster_arn, error=result.error)
+        logger.error("probe batch failed", cluster=item.cluster_arn, error=result.error)
         return result.response()
     metrics.add_metric(name="NodesProbed", unit=MetricUnit.Count, value=len(result.probed))
     metrics.add_metric(name="SweepTransitions", unit=MetricUnit.Count, value=len(result.transitions))
     response = result.response()
-    response["not_started"] = _say_pace(batch.cluster_name or batch.cluster_arn, paced[-1] if paced else None)
+    response["not_started"] = _say_pace(item.cluster_name or item.cluster_arn, pace)
     logger.info(
         "probe batch applied",
-        cluster=batch.cluster_name,
+        cluster=item.cluster_name,
         planned=result.planned,
         probed=len(result.probed),
         transitions=response["transitions"],

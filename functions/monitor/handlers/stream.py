@@ -1,6 +1,8 @@
 """The findings table's DynamoDB stream → finding events in the outbox, and the alert groups of clusters
 whose incidents changed armed (their messages follow from the alert-group function).
 
+Each record is read here (:mod:`functions.monitor.stream_records`) and handled by Powertools' batch processor,
+the notifier's steps across records taken before the first (:class:`functions.monitor.logic.stream.Notifier`).
 A record that cannot be read is kept aside (with the reason) and never fails the batch; nor does one without a
 sequence number (no partial response could name it: it is set aside, logged and counted). A record whose
 message the outbox refused, or whose cluster's group could not be armed, fails and the stream retries it. The
@@ -9,6 +11,7 @@ response only ever names records of the batch, and a batch with nothing to name 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -16,53 +19,47 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.monitor import fleet_metrics
-from functions.monitor.adapters import DeliveryLedger, SqsOutbox, keep_unprocessed
+from functions.monitor import fleet_metrics, stream_records, wiring
+from functions.monitor.adapters import SqsOutbox
 from functions.monitor.alert_store import AlertGroupQueue, TableAlertGroups
-from functions.monitor.logic import alert_groups, alerts, outbox, stream
-from functions.monitor.runtime import deadline, now, with_env
-from functions.shared.clients import bookkeeping_clients, clients
-from functions.shared.env import notifier_env
-from functions.shared.events import without_surrogates
+from functions.monitor.logic import alert_groups, alerts, stream
+from functions.monitor.runtime import now, with_env
+from functions.shared.clients import clients
+from functions.shared.env import NotifierEnv, notifier_env
 from functions.shared.observability import logger, metrics, tracer
-from hyperpod_debugger.aws.store import from_item
-
-# A batch whose every record failed is reported as such, not raised: the event source retries the same
-# records either way, and an invocation error would only add noise to the Errors alarm.
-_processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
+from functions.shared.odd_input import without_surrogates
 
 
-@with_env(notifier_env)
-@logger.inject_lambda_context(log_event=False)
-@metrics.log_metrics
-@tracer.capture_lambda_handler(capture_response=False)
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    env = notifier_env()
-    event = without_surrogates(event)  # a lone surrogate cannot be logged or kept: shown as U+FFFD
-    raw_records = event.get("Records") if isinstance(event, dict) else None
-    records = list(raw_records) if isinstance(raw_records, list) else []
-    metrics.add_metric(name="StreamRecords", unit=MetricUnit.Count, value=len(records))
-    ledger: outbox.Ledger = outbox.NoLedger()
-    if env.IDEMPOTENCY_TABLE:
-        ledger = DeliveryLedger(bookkeeping_clients(env.AWS_REGION), env.IDEMPOTENCY_TABLE, deadline=deadline(context))
+class NotifierBatch(BatchProcessor):
+    """Powertools' processor over one batch of read records, the notifier's steps across records taken before
+    the first record is handled. A batch whose every record failed is reported as such, not raised: the event
+    source retries the same records either way, and an invocation error would only add noise to the Errors
+    alarm."""
 
-    def set_aside(raw: Any, reason: str) -> bool:
-        errors = [{"at": "record", "error": reason}]
-        return keep_unprocessed(env.UNPROCESSED_QUEUE_URL, env.AWS_REGION, raw, kind="stream record", errors=errors)
+    def __init__(self, notifier: stream.Notifier, items: dict[str, stream.StreamItem]) -> None:
+        super().__init__(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
+        self.notifier = notifier
+        self.items = items
 
+    def _prepare(self) -> None:
+        super()._prepare()
+        self.notifier.plan(list(self.items.values()))
+
+    def record_handler(self, record: DynamoDBRecord) -> None:
+        """One record's part (raises: the record fails and the stream retries it)."""
+        self.notifier.notify(self.items[stream_records.record_id(record.raw_event)])
+
+
+def _notifier(env: NotifierEnv, context: LambdaContext) -> stream.Notifier:
     aws = clients(env.AWS_REGION)
     groups, flushes = TableAlertGroups(aws, env.FINDINGS_TABLE), AlertGroupQueue(aws, env.ALERT_GROUP_QUEUE_URL)
-    result = stream.notify(
-        records,
-        from_item=from_item,
-        set_aside=set_aside,
+    return stream.Notifier(
         queue=SqsOutbox(aws, env.OUTBOX_QUEUE_URL),
-        ledger=ledger,
+        ledger=wiring.delivery_ledger(env, context),
         channels=env.channels,
-        render=lambda d: alerts.render(
-            d, region=env.AWS_REGION, runbook_base_url=env.RUNBOOK_BASE_URL, event_bus=env.EVENT_BUS_NAME
+        render=partial(
+            alerts.render, region=env.AWS_REGION, runbook_base_url=env.RUNBOOK_BASE_URL, event_bus=env.EVENT_BUS_NAME
         ),
-        now=now(),
         arm=lambda ref: alert_groups.arm(
             ref,
             groups=groups,
@@ -71,23 +68,39 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             wait_s=env.ALERT_GROUP_WAIT_S,
             interval_s=env.ALERT_GROUP_INTERVAL_S,
         ),
+        set_aside=wiring.set_aside(env, kind="stream record", at="record"),
+        now=now(),
     )
-    _report(result, ledger)
-    if not result.records:  # nothing a partial response could name (Powertools refuses an empty batch)
-        return {"batchItemFailures": []}
-
-    def record_handler(record: DynamoDBRecord) -> None:
-        rid = alerts.record_id(record.raw_event)
-        if rid in result.failed:
-            raise RuntimeError(f"stream record {rid} was not queued; the stream retries it")
-
-    response = process_partial_response(
-        event={"Records": result.records}, record_handler=record_handler, processor=_processor, context=context
-    )
-    return dict(response)
 
 
-def _report(result: stream.NotifyResult, ledger: outbox.Ledger) -> None:
+@with_env(notifier_env)
+@logger.inject_lambda_context(log_event=False)
+@metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    event = without_surrogates(event)  # a lone surrogate cannot be logged or kept: shown as U+FFFD
+    records = stream_records.records_of(event)
+    metrics.add_metric(name="StreamRecords", unit=MetricUnit.Count, value=len(records))
+    read = stream_records.read_records(records)
+    notifier = _notifier(notifier_env(), context)
+    notifier.keep_unnamed(read.orphans)
+    response: dict[str, Any] = {"batchItemFailures": []}  # nothing to name: Powertools refuses an empty batch
+    if read.records:
+        processor = NotifierBatch(notifier, read.items)
+        response = dict(
+            process_partial_response(
+                event={"Records": list(read.records.values())},
+                record_handler=processor.record_handler,
+                processor=processor,
+                context=context,
+            )
+        )
+    _report(notifier)
+    return response
+
+
+def _report(notifier: stream.Notifier) -> None:
+    result = notifier.result
     for item in result.unreadable:
         metrics.add_metric(name="StreamRecordsUnreadable", unit=MetricUnit.Count, value=1)
         record = item.record_id or None
@@ -106,10 +119,8 @@ def _report(result: stream.NotifyResult, ledger: outbox.Ledger) -> None:
         logger.warning("alert group not armed: its records are retried", cluster_arn=cluster, error=error)
     for cluster, armed in result.armed.items():
         logger.info("alert group", cluster_arn=cluster, **armed)
-    fleet_metrics.emit_resolutions(result.resolutions)
-    if isinstance(ledger, DeliveryLedger) and ledger.errors:
-        # Not fatal: at worst a retried record is queued again (the outbox's deduplication still holds).
-        logger.warning("delivery ledger unavailable", errors=ledger.errors[:5])
+    fleet_metrics.emit_resolutions(notifier.resolutions())
+    wiring.report_ledger(notifier.ledger)
     logger.info(
         "transitions queued",
         deliveries=result.deliveries,

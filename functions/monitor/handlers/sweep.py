@@ -1,11 +1,11 @@
 """The sweep's cluster step (one item of the state machine's outer Map): the cluster's API checks and,
 on Slurm, the controller's view into the store, then this sweep's node probes as batches for the
-inner Map."""
+inner Map (:func:`functions.monitor.logic.sweep.sweep_cluster`)."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -16,14 +16,38 @@ from functions.monitor import fleet_metrics
 from functions.monitor.logic import sweep
 from functions.monitor.runtime import now, validation_errors, with_env
 from functions.shared.clients import clients
-from functions.shared.env import sweep_env
-from functions.shared.events import SweepItem, without_surrogates
+from functions.shared.env import SweepEnv, sweep_env
 from functions.shared.observability import logger, metrics, tracer
+from functions.shared.odd_input import without_surrogates
+from functions.shared.sweep_items import SweepItem
 from hyperpod_debugger.aws.incident_store import IncidentStore
 from hyperpod_debugger.aws.store import FindingStore
-from hyperpod_debugger.lifecycle import budget
 from hyperpod_debugger.probe.runner import ProbeOptions
 from hyperpod_debugger.triage import TriageRequest, triage_with_observation
+
+
+def _request(env: SweepEnv, item: SweepItem, started: datetime) -> TriageRequest:
+    # max_nodes=0: on Slurm the controller is still read through a session; node probes come in batches.
+    options = ProbeOptions(
+        max_nodes=0, rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S, documents=env.session_documents
+    )
+    return TriageRequest(
+        cluster=item.cluster, region=env.AWS_REGION, now=started, probe=env.PROBE_ENABLED, probe_options=options
+    )
+
+
+def _budget(env: SweepEnv, item: SweepItem, began: datetime) -> sweep.SweepBudget:
+    return sweep.SweepBudget(
+        rate=env.START_SESSION_RATE,
+        clusters=item.clusters,
+        cluster_concurrency=env.SWEEP_CLUSTER_CONCURRENCY,
+        interval_s=env.SWEEP_INTERVAL_S,
+        period_s=env.PROBE_PERIOD_S,
+        probe_timeout_s=env.PROBE_TIMEOUT_S,
+        began=began,
+        max_nodes=env.PROBE_MAX_NODES,
+        max_batch=env.PROBE_BATCH_SIZE,
+    )
 
 
 @with_env(sweep_env)
@@ -38,7 +62,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         errors = validation_errors(exc)
         logger.error("sweep input rejected", errors=errors)
         return {"status": "rejected", "reason": errors[0]["error"], "errors": errors, "batches": [], "concurrency": 1}
-    sweep_id = item.sweep_id or f"manual-{uuid.uuid4()}"  # a direct invocation still stores a plan it can name
     if not env.allows(item.cluster_name, item.cluster_arn):
         return {
             "status": "skipped",
@@ -47,47 +70,25 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "batches": [],
             "concurrency": 1,
         }
-    aws = clients(env.AWS_REGION)
     started = now()
-    began = item.sweep_started or started
-
-    def settings_at(planned: datetime) -> sweep.RotationSettings:
-        """This cluster's share of the StartSession budget in this sweep, taken when its checks are done:
-        the rounds run from then to shortly before the next sweep."""
-        share = budget.share(
-            env.START_SESSION_RATE,
-            clusters=item.clusters,
-            cluster_concurrency=env.SWEEP_CLUSTER_CONCURRENCY,
-            interval_s=env.SWEEP_INTERVAL_S,
-            elapsed_s=(planned - began).total_seconds(),
-            probe_timeout_s=env.PROBE_TIMEOUT_S,
-        )
-        return sweep.settings_for(
-            share,
-            interval=timedelta(seconds=env.SWEEP_INTERVAL_S),
-            period=timedelta(seconds=env.PROBE_PERIOD_S),
-            began=began,
-            max_nodes=env.PROBE_MAX_NODES,
-            max_batch=env.PROBE_BATCH_SIZE,
-        )
-
-    # max_nodes=0: on Slurm the controller is still read through a session; node probes come in batches.
-    options = ProbeOptions(
-        max_nodes=0, rate=env.START_SESSION_RATE, timeout=env.PROBE_TIMEOUT_S, documents=env.session_documents
-    )
-    request = TriageRequest(
-        cluster=item.cluster, region=env.AWS_REGION, now=started, probe=env.PROBE_ENABLED, probe_options=options
-    )
+    aws = clients(env.AWS_REGION)
+    store = FindingStore(aws, env.FINDINGS_TABLE, history_ttl=env.history_ttl)
+    incidents = IncidentStore(aws, env.FINDINGS_TABLE, ttl=env.history_ttl)
     result = sweep.sweep_cluster(
-        request,
-        triage=lambda req: triage_with_observation(req, aws),
-        store=FindingStore(aws, env.FINDINGS_TABLE, history_ttl=env.history_ttl),
-        incidents=IncidentStore(aws, env.FINDINGS_TABLE, ttl=env.history_ttl),
+        _request(env, item, started),
+        triage=lambda request: triage_with_observation(request, aws),
+        store=store,
+        incidents=incidents,
         repair_grace=env.repair_grace,
-        settings=settings_at if env.PROBE_ENABLED else None,
+        settings=_budget(env, item, item.sweep_started or started).settings_at if env.PROBE_ENABLED else None,
         clock=now,
-        sweep_id=sweep_id,
+        sweep_id=item.sweep_id or f"manual-{uuid.uuid4()}",  # a direct invocation still stores a plan it can name
     )
+    return _report(result, item, started)
+
+
+def _report(result: sweep.SweepResult, item: SweepItem, started: datetime) -> dict[str, Any]:
+    """Log and count the cluster step; what the state machine gets back."""
     if result.status != "processed":
         logger.error("sweep triage failed", cluster=item.cluster, error=result.error)
         fleet_metrics.emit_cluster_failed(item.cluster_name or item.cluster)

@@ -10,6 +10,7 @@ partial response could name it) is set aside, logged and counted; an empty batch
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -17,24 +18,38 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.monitor.adapters import keep_unprocessed
 from functions.monitor.logic import windows
-from functions.monitor.runtime import now, reject, with_env
+from functions.monitor.runtime import keep_unprocessed, now, reject, with_env
 from functions.monitor.signal_run import window_runner
 from functions.monitor.window_store import TableWindows
 from functions.shared.clients import clients
 from functions.shared.env import MonitorEnv, monitor_env
-from functions.shared.events import batch_records, without_surrogates
 from functions.shared.observability import logger, metrics, tracer
+from functions.shared.odd_input import batch_records, without_surrogates
 
 _processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
-def _window(record: SQSRecord, env: MonitorEnv, context: LambdaContext) -> dict[str, Any]:
+def window_of(record: SQSRecord) -> windows.Window:
+    """The window a message names. Raises ``ValueError`` (``TypeError``: a body that is not a string) for one
+    that cannot be read."""
+    body = json.loads(record.body)
+    return windows.Window.from_message(body if isinstance(body, dict) else {})
+
+
+def _keep_unreadable(env: MonitorEnv, unreadable: list[dict[str, Any]]) -> None:
+    for item in unreadable:
+        errors = [{"at": "kept event", "error": item["error"]}]
+        keep_unprocessed(env.UNPROCESSED_QUEUE_URL, env.AWS_REGION, item["record"], kind="kept event", errors=errors)
+    logger.error("kept events that cannot be read: moved to the unprocessed queue", count=len(unreadable))
+
+
+def _run(env: MonitorEnv, context: LambdaContext, record: SQSRecord) -> dict[str, Any]:
+    """The record handler: one window's triage (a message that is not a window message is kept aside, not
+    retried; a triage that fails raises, and SQS retries the window)."""
     try:
-        body = json.loads(record.body)
-        window = windows.Window.from_message(body if isinstance(body, dict) else {})
-    except (ValueError, TypeError) as exc:  # TypeError: a body that is not a string
+        window = window_of(record)
+    except (ValueError, TypeError) as exc:
         errors = [{"at": "body", "error": str(exc)[:300]}]
         return reject(
             {"id": record.message_id, "body": record.body},
@@ -44,20 +59,11 @@ def _window(record: SQSRecord, env: MonitorEnv, context: LambdaContext) -> dict[
             kind="window message",
             metric="WindowMessagesRejected",
         )
-
-    def keep_unreadable(unreadable: list[dict[str, Any]]) -> None:
-        for item in unreadable:
-            errors = [{"at": "kept event", "error": item["error"]}]
-            keep_unprocessed(
-                env.UNPROCESSED_QUEUE_URL, env.AWS_REGION, item["record"], kind="kept event", errors=errors
-            )
-        logger.error("kept events that cannot be read: moved to the unprocessed queue", count=len(unreadable))
-
     result = windows.run_window(
         window,
         windows=TableWindows(clients(env.AWS_REGION), env.FINDINGS_TABLE),
         run=window_runner(env, context),
-        keep_unreadable=keep_unreadable,
+        keep_unreadable=partial(_keep_unreadable, env),
         now=now(),  # the claim's time: the cluster's next window is due a cooldown after it
     )
     metrics.add_metric(name="WindowsRun", unit=MetricUnit.Count, value=1)
@@ -86,7 +92,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return {"batchItemFailures": []}
     response = process_partial_response(
         event={"Records": batch.records},
-        record_handler=lambda record: _window(record, env, context),
+        record_handler=partial(_run, env, context),
         processor=_processor,
         context=context,
     )

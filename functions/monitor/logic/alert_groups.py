@@ -24,13 +24,19 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from functions.monitor.logic import outbox
 from functions.monitor.logic.alerts import ClusterRef
 from hyperpod_debugger.lifecycle.findings import iso, parse_iso
-from hyperpod_debugger.lifecycle.incidents import StoredIncident
-from hyperpod_debugger.notify.policy import AlertPolicy, Batch, compose, daily
+
+if TYPE_CHECKING:
+    # The notifier arms groups and never tells anyone: it imports this module without the alert policy.
+    from functions.monitor.logic.alerts import Message
+    from hyperpod_debugger.lifecycle.incidents import StoredIncident
+    from hyperpod_debugger.notify.policy import AlertPolicy, Batch
+
+    Render = Callable[[Batch], Message]
 
 #: Seconds before the first message of a quiet group, and between two messages of one cluster.
 GROUP_WAIT_S = 10
@@ -81,12 +87,38 @@ class PendingPort(Protocol):
 
     def drop_pending(self, cluster_arn: str, sk: str) -> None: ...
 
+    #: the incident items the last read could not read (sort key → the item as stored)
+    unreadable_items: dict[str, dict[str, Any]]
+
 
 class SetAside(Protocol):
     def __call__(self, content: Any, reason: str) -> bool: ...
 
 
-Render = Callable[[Batch], outbox.Message]
+@dataclass(frozen=True)
+class AlertPorts:
+    """What a flush and the daily summary tell through: the cluster's groups and incidents, the alert policy
+    and the configured channels, the renderer, the outbox and its ledger, and where a message that cannot be
+    rendered is kept."""
+
+    groups: GroupsPort
+    store: PendingPort
+    policy: AlertPolicy
+    channels: Sequence[str]
+    render: Render
+    outbox_port: outbox.OutboxPort
+    ledger: outbox.Ledger
+    set_aside: SetAside
+
+    def queue(self, batches: Sequence[Batch], now: datetime) -> tuple[int, list[str]]:
+        return queue_batches(
+            batches,
+            render=self.render,
+            outbox_port=self.outbox_port,
+            ledger=self.ledger,
+            set_aside=self.set_aside,
+            now=now,
+        )
 
 
 def window_id(cluster_arn: str, due: datetime) -> str:
@@ -227,43 +259,38 @@ def queue_batches(
 
 
 def flush(
-    message: dict[str, Any],
+    ref: ClusterRef,
+    window: str,
+    ports: AlertPorts,
     *,
-    groups: GroupsPort,
-    store: PendingPort,
     queue: FlushQueue,
-    policy: AlertPolicy,
-    channels: Sequence[str],
-    render: Render,
-    outbox_port: outbox.OutboxPort,
-    ledger: outbox.Ledger,
-    set_aside: SetAside,
     now: datetime,
     wait_s: int = GROUP_WAIT_S,
     interval_s: int = GROUP_INTERVAL_S,
-    unreadable: Callable[[], dict[str, dict[str, Any]]] | None = None,
 ) -> FlushResult:
     """Tell the cluster's pending transitions (at most one message per channel), clear them, close the group,
     and arm it again when something arrived meanwhile. A message for another window (a repeat, or one that a
     takeover replaced) does nothing."""
-    ref, window = message_of(message)
+    from hyperpod_debugger.notify.policy import compose  # only a flush tells (see the imports)
+
     result = FlushResult("flushed", ref.cluster_arn)
+    groups, store = ports.groups, ports.store
     group = groups.get(ref.cluster_arn)
     if group is None or group.window_id != window:
         result.status = "not this window"
         return result
     pending = store.pending(ref.cluster_arn)
-    for sk, raw in (unreadable() if unreadable else {}).items():
-        if raw.get("pending") and set_aside(raw, f"incident item {sk} could not be read"):
+    for sk, raw in dict(store.unreadable_items).items():
+        if raw.get("pending") and ports.set_aside(raw, f"incident item {sk} could not be read"):
             store.drop_pending(ref.cluster_arn, sk)  # kept whole: not set aside again at the next flush
         result.set_aside.append(sk)
     name = ref.cluster_name or next((s.incident.cluster_name for s in pending if s.incident.cluster_name), "")
     name = name or ref.cluster_arn.rsplit("/", 1)[-1]
-    batches = compose(pending, policy, channels, cluster_arn=ref.cluster_arn, cluster_name=name, region=ref.region)
-    result.batches = batches
-    result.queued, aside = queue_batches(
-        batches, render=render, outbox_port=outbox_port, ledger=ledger, set_aside=set_aside, now=now
+    batches = compose(
+        pending, ports.policy, ports.channels, cluster_arn=ref.cluster_arn, cluster_name=name, region=ref.region
     )
+    result.batches = batches
+    result.queued, aside = ports.queue(batches, now)
     result.set_aside += aside
     for s in pending:
         if store.clear_pending(ref.cluster_arn, s.key, list(s.pending)):
@@ -278,39 +305,28 @@ def flush(
     return result
 
 
-def daily_summary(
-    *,
-    groups: GroupsPort,
-    store: PendingPort,
-    policy: AlertPolicy,
-    channels: Sequence[str],
-    render: Render,
-    outbox_port: outbox.OutboxPort,
-    ledger: outbox.Ledger,
-    set_aside: SetAside,
-    now: datetime,
-) -> dict[str, Any]:
+def daily_summary(ports: AlertPorts, *, now: datetime) -> dict[str, Any]:
     """One summary per cluster with open incidents, per channel that wants one (what is below its alert
     priority is only ever told here)."""
+    from hyperpod_debugger.notify.policy import daily  # only a summary tells (see the imports)
+
     day = now.strftime("%Y-%m-%d")
     told: dict[str, int] = {}
     queued = 0
-    for group in groups.clusters():
+    for group in ports.groups.clusters():
         ref = group.ref
-        incidents = list(store.incidents(ref.cluster_arn).values())
+        incidents = list(ports.store.incidents(ref.cluster_arn).values())
         name = ref.cluster_name or next((s.incident.cluster_name for s in incidents if s.incident.cluster_name), "")
         batches = daily(
             incidents,
-            policy,
-            channels,
+            ports.policy,
+            ports.channels,
             cluster_arn=ref.cluster_arn,
             cluster_name=name or ref.cluster_arn.rsplit("/", 1)[-1],
             region=ref.region,
             day=day,
         )
-        n, _ = queue_batches(
-            batches, render=render, outbox_port=outbox_port, ledger=ledger, set_aside=set_aside, now=now
-        )
+        n, _ = ports.queue(batches, now)
         queued += n
         if batches:
             told[ref.cluster_arn] = len(batches[0].items)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from functions.monitor.logic.alerts import Delivery, Message
 from hyperpod_debugger.domain.redact import redact
-from hyperpod_debugger.notify import finding_event
-from hyperpod_debugger.notify.policy import Batch
+
+if TYPE_CHECKING:
+    from functions.monitor.logic.alerts import Delivery, Message
+    from hyperpod_debugger.notify.policy import Batch
 
 #: Channels in the order they are queued for one message (email first: it never waits for Slack; the
 #: findings' events last). "events": the finding events on EventBridge, ten per message (one PutEvents).
@@ -89,12 +90,8 @@ class OutboxMessage:
         if channel == "chatbot" and not isinstance(data.get("body"), str):
             raise ValueError("a chat notification without its body")
         events = data.get("events") or []
-        if channel == "events" and not (
-            isinstance(events, list)
-            and 0 < len(events) <= finding_event.MAX_ENTRIES
-            and all(isinstance(e, dict) and isinstance(e.get("Detail"), str) for e in events)
-        ):
-            raise ValueError(f"finding events must be 1 to {finding_event.MAX_ENTRIES} PutEvents entries")
+        if channel == "events":
+            _check_events(events)
         return cls(
             id=data["id"],
             channel=channel,
@@ -110,6 +107,18 @@ class OutboxMessage:
         )
 
 
+def _check_events(events: Any) -> None:
+    # Imported here: the finding events' module (and the finding model it reads) only where events are read.
+    from hyperpod_debugger.notify.finding_event import MAX_ENTRIES
+
+    if not (
+        isinstance(events, list)
+        and 0 < len(events) <= MAX_ENTRIES
+        and all(isinstance(e, dict) and isinstance(e.get("Detail"), str) for e in events)
+    ):
+        raise ValueError(f"finding events must be 1 to {MAX_ENTRIES} PutEvents entries")
+
+
 def message_id(channel: str, record_ids: Sequence[str]) -> str:
     digest = hashlib.sha256("\x1f".join([channel, *sorted(record_ids)]).encode()).hexdigest()
     return digest[:64]
@@ -117,7 +126,9 @@ def message_id(channel: str, record_ids: Sequence[str]) -> str:
 
 def event_parts(record_ids: Sequence[str]) -> list[list[str]]:
     """The record ids of each "events" message of one delivery (ten changes per PutEvents)."""
-    return finding_event.chunks(list(record_ids))
+    from hyperpod_debugger.notify.finding_event import chunks  # only the notifier queues events
+
+    return chunks(list(record_ids))
 
 
 def outbox_messages(
@@ -249,49 +260,6 @@ class OutboxPort(Protocol):
     """Where rendered messages wait for the courier; ``put`` raises :class:`ChannelError` when refused."""
 
     def put(self, message: OutboxMessage) -> None: ...
-
-
-@dataclass
-class QueueResult:
-    failed: set[str] = field(default_factory=set)  # stream record ids to report as failed
-    queued: int = 0
-    refused: list[tuple[str, str]] = field(default_factory=list)  # (delivery key, error)
-
-
-def queue_transitions(
-    deliveries: Sequence[Delivery],
-    *,
-    outbox: OutboxPort,
-    ledger: Ledger,
-    channels: Sequence[str],
-    render: Callable[[Delivery], Message],
-    now: datetime,
-) -> QueueResult:
-    """Render every delivery and queue one message per channel in the outbox, in stream order.
-
-    Once a message of a cluster could not be queued, the later deliveries of that cluster are not queued
-    either (their records fail with it), so the outbox never holds a later transition of a finding
-    without the earlier one. A message the ledger says was queued already is not queued again.
-    """
-    result = QueueResult()
-    held: set[str] = set()
-    for delivery in deliveries:
-        cluster = delivery.changes[0].finding.cluster_arn
-        if cluster in held:
-            result.failed.update(delivery.record_ids)
-            continue
-        try:
-            for item in outbox_messages(delivery, render(delivery), channels=channels, now=now):
-                if ledger.done(f"queued#{item.id}"):
-                    continue
-                outbox.put(item)
-                ledger.mark([f"queued#{item.id}"])
-                result.queued += 1
-        except ChannelError as exc:
-            held.add(cluster)
-            result.failed.update(delivery.record_ids)
-            result.refused.append((delivery.key, str(exc)))
-    return result
 
 
 def alert_message(batch: Batch, message: Message, *, now: datetime) -> OutboxMessage:

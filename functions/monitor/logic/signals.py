@@ -6,19 +6,22 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from functions.monitor.logic.incidents import IncidentsPort, reconcile, run_scope
-from functions.shared.events import ClusterEvent, ClusterStateChange, NodeHealthEvent
 from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments
 from hyperpod_debugger.domain import eventbridge
-from hyperpod_debugger.domain.model import TriageReport
 from hyperpod_debugger.domain.observations import NodeHealthReport
 from hyperpod_debugger.domain.validate import INSTANCE_ID_RE
 from hyperpod_debugger.lifecycle.findings import StoredFinding, SweepPlan, Transition, Trigger, plan_sweep
 from hyperpod_debugger.lifecycle.incidents import REPAIR_GRACE
-from hyperpod_debugger.probe.runner import ProbeOptions
-from hyperpod_debugger.triage import TriageRequest
+
+if TYPE_CHECKING:
+    from functions.shared.events import ClusterEvent, ClusterStateChange, NodeHealthEvent
+    from hyperpod_debugger.domain.model import TriageReport
+    from hyperpod_debugger.triage import TriageRequest
+
+    Triage = Callable[[TriageRequest], TriageReport]
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,11 @@ class ClusterSignal:
         return Trigger("event", words, self.node)
 
 
+def kinds(transitions: Sequence[Transition]) -> dict[str, int]:
+    """Transitions counted by kind, for the log line and the response."""
+    return dict(Counter(t.kind.value for t in transitions))
+
+
 class UnusableEvent(ValueError):
     """A HyperPod event the monitor cannot act on (no valid cluster ARN or Region): kept, not retried."""
 
@@ -73,6 +81,9 @@ def signal_of(event: ClusterEvent | ClusterStateChange | NodeHealthEvent) -> Clu
     The cluster's ARN decides the Region (the envelope's ``region`` is where EventBridge received
     it). Raises :class:`UnusableEvent` when the ARN is not a cluster ARN with a valid Region.
     """
+    # Imported here: the EventBridge models are the event function's (the others import this module too).
+    from functions.shared.events import ClusterStateChange, NodeHealthEvent
+
     notes: list[str] = []
     if isinstance(event, NodeHealthEvent):
         d = event.detail
@@ -152,9 +163,6 @@ class FindingsPort(Protocol):
     def apply(self, plan: SweepPlan, now: datetime) -> list[Transition]: ...
 
 
-Triage = Callable[[TriageRequest], TriageReport]
-
-
 def triage_request(
     signal: ClusterSignal,
     now: datetime,
@@ -163,6 +171,11 @@ def triage_request(
     probe_timeout: float,
     documents: SessionDocuments = NO_DOCUMENTS,
 ) -> TriageRequest:
+    # Imported here: the triage (and the probes it loads) only where a signal is triaged; a function that hands
+    # signals to their window (the event and log functions, with a window queue) never loads it.
+    from hyperpod_debugger.probe.runner import ProbeOptions
+    from hyperpod_debugger.triage import TriageRequest
+
     return TriageRequest(
         cluster=signal.cluster,
         region=signal.region,

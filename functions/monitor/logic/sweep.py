@@ -3,16 +3,16 @@ the state machine) and one probe batch (its nodes probed, their findings written
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from functions.monitor.logic.incidents import IncidentsPort, reconcile, run_scope
+from functions.monitor.logic.signals import kinds
 from hyperpod_debugger.domain.model import CheckStatus, TriageReport
 from hyperpod_debugger.domain.observations import ClusterObservation
-from hyperpod_debugger.lifecycle import health
+from hyperpod_debugger.lifecycle import budget, health
 from hyperpod_debugger.lifecycle.budget import ClusterShare
 from hyperpod_debugger.lifecycle.findings import (
     SWEEP,
@@ -21,6 +21,7 @@ from hyperpod_debugger.lifecycle.findings import (
     Transition,
     is_on_node,
     iso,
+    parse_iso,
     plan_sweep,
 )
 from hyperpod_debugger.lifecycle.health import ClusterHealth
@@ -67,6 +68,44 @@ def settings_for(
     return RotationSettings(
         interval=interval, period=period, cap=cap, batch_size=batch_size, share=share, sweep_started=began
     )
+
+
+@dataclass(frozen=True)
+class SweepBudget:
+    """The sweep's StartSession budget and the rotation's limits as the function is configured, for one cluster
+    of one sweep: its share is taken when its checks are done (:meth:`settings_at`)."""
+
+    #: StartSession calls per second the sweep may use in all, shared among the clusters it covers
+    rate: float
+    clusters: int
+    cluster_concurrency: int
+    interval_s: int
+    period_s: int
+    probe_timeout_s: float
+    #: when the sweep began (its rounds are offsets from it)
+    began: datetime
+    max_nodes: int | None = None
+    max_batch: int | None = None
+
+    def settings_at(self, planned: datetime) -> RotationSettings:
+        """This cluster's share of the StartSession budget in this sweep, taken when its checks are done
+        (``planned``): the rounds run from then to shortly before the next sweep."""
+        share = budget.share(
+            self.rate,
+            clusters=self.clusters,
+            cluster_concurrency=self.cluster_concurrency,
+            interval_s=self.interval_s,
+            elapsed_s=(planned - self.began).total_seconds(),
+            probe_timeout_s=self.probe_timeout_s,
+        )
+        return settings_for(
+            share,
+            interval=timedelta(seconds=self.interval_s),
+            period=timedelta(seconds=self.period_s),
+            began=self.began,
+            max_nodes=self.max_nodes,
+            max_batch=self.max_batch,
+        )
 
 
 def schedule(items: list[dict[str, Any]], settings: RotationSettings, now: datetime) -> list[dict[str, Any]]:
@@ -213,11 +252,6 @@ class SweepResult:
         }
 
 
-def kinds(transitions: list[Transition]) -> dict[str, int]:
-    """Transitions counted by kind, for the log line and the response."""
-    return dict(Counter(t.kind.value for t in transitions))
-
-
 def sweep_cluster(
     request: TriageRequest,
     *,
@@ -338,6 +372,37 @@ class BatchResult:
             "probed": len(self.probed),
             "transitions": kinds(self.transitions),
         }
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """One batch of a stored probe plan as :func:`schedule` wrote it: its nodes, and the share of the rate, the
+    slots and the end of the round it runs with (None: the function's own)."""
+
+    nodes: list[dict[str, Any]]
+    rate: float | None = None
+    slots: int | None = None
+    stop_at: datetime | None = None
+
+    @classmethod
+    def stored(cls, store: SweepStore, cluster_arn: str, sweep_id: str, batch: int) -> PlannedBatch:
+        """Raises ``ValueError`` when the store holds no such batch, ``KeyError`` / ``ValueError`` /
+        ``TypeError`` for one that is not a plan batch."""
+        found = store.plan_batch(cluster_arn, sweep_id, batch)
+        if found is None:
+            raise ValueError(f"no stored plan batch {batch} of sweep {sweep_id!r} (expired, or never written)")
+        return cls(
+            nodes=found["nodes"],
+            rate=float(found["rate"]) if found.get("rate") else None,
+            slots=int(found["slots"]) if found.get("slots") else None,
+            stop_at=parse_iso(found["stop_at"]) if found.get("stop_at") else None,
+        )
+
+    def options(self, base: ProbeOptions) -> ProbeOptions:
+        """``base`` as the cluster step scheduled this batch: its share of the rate, its slots, its round."""
+        return replace(
+            base, rate=self.rate or base.rate, concurrency=self.slots or base.concurrency, start_until=self.stop_at
+        )
 
 
 def batch_request(

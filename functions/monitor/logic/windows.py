@@ -39,16 +39,18 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from functions.monitor.logic.incidents import IncidentsPort, reconcile, run_scope
-from functions.monitor.logic.signals import ClusterSignal, FindingsPort, Triage
+from functions.monitor.logic.signals import ClusterSignal, FindingsPort
 from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments
 from hyperpod_debugger.domain.observations import NodeHealthReport
 from hyperpod_debugger.lifecycle.findings import Transition, Trigger, iso, parse_iso, plan_sweep
 from hyperpod_debugger.lifecycle.incidents import REPAIR_GRACE
-from hyperpod_debugger.probe.runner import ProbeOptions
-from hyperpod_debugger.triage import TriageRequest
+
+if TYPE_CHECKING:
+    from functions.monitor.logic.signals import Triage
+    from hyperpod_debugger.triage import TriageRequest
 
 #: How long a window gathers events before its triage runs, and the least time between two claimed windows
 #: of one cluster (seconds): a storm of five minutes costs three cluster reads.
@@ -423,6 +425,10 @@ def window_request(
 ) -> TriageRequest:
     """One triage for the window: scoped to the node when the window named one node only, else the whole
     cluster with the named nodes probed (up to ``max_nodes``) and HyperPod's verdict on each."""
+    # Imported here, as in ``signals.triage_request``: the event and log functions enqueue, never triage.
+    from hyperpod_debugger.probe.runner import ProbeOptions
+    from hyperpod_debugger.triage import TriageRequest
+
     first = events.signals[0]
     nodes = events.nodes
     health = tuple(s.health for s in events.signals if s.health is not None)

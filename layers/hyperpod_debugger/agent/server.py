@@ -171,6 +171,41 @@ def report_result(report: TriageReport) -> CallToolResult:
     return structured_result(fitted, note)
 
 
+def _run(work: Callable[[], _Model]) -> _Model:
+    """``work()``, a tool failure turned into the tool error the agent reads."""
+    try:
+        return work()
+    except tools.ToolFailure as failure:
+        raise _as_tool_error(failure) from failure
+
+
+@dataclass(frozen=True)
+class _Tools:
+    """What the tools of one server share: the server they are registered on, the AWS clients (Region →
+    AwsClients), the findings table used when a call names none, and the profile."""
+
+    server: MCPServer
+    clients_for: tools.ClientsFactory
+    table: str | None
+    profile: str | None
+
+    def tool(
+        self, title: str, annotations: ToolAnnotations, *, cluster_text: bool, structured_output: bool | None = None
+    ) -> Callable[[_Fn], _Fn]:
+        """Register a tool described by its docstring; one that returns cluster text says it is data."""
+
+        def register(fn: _Fn) -> _Fn:
+            description = inspect.cleandoc(fn.__doc__ or "")
+            if cluster_text:
+                description = f"{description}\n\n{UNTRUSTED_NOTE}"
+            decorate = self.server.tool(
+                title=title, description=description, annotations=annotations, structured_output=structured_output
+            )
+            return decorate(fn)
+
+        return register
+
+
 def build_server(
     *, profile: str | None = None, table: str | None = None, clients_for: tools.ClientsFactory | None = None
 ) -> MCPServer:
@@ -181,8 +216,6 @@ def build_server(
         def clients_for(region: str) -> Any:
             return AwsClients.for_profile(region, profile)
 
-    factory = clients_for
-    server_table = table
     server: MCPServer = MCPServer(
         "hyperpod-debugger",
         title="HyperPod Node Debugger",
@@ -190,30 +223,19 @@ def build_server(
         version=__version__,
         log_level="WARNING",  # the SDK's own INFO lines (every AWS client's endpoint) would drown the agent's log
     )
+    shared = _Tools(server, clients_for, table, profile)
+    _add_triage_tools(shared)
+    _add_findings_tools(shared)
+    _add_reference_tools(shared)
+    _add_advice_tools(shared)
+    return server
 
-    def run(work: Callable[[], _Model]) -> _Model:
-        try:
-            return work()
-        except tools.ToolFailure as failure:
-            raise _as_tool_error(failure) from failure
 
-    def tool(
-        title: str, annotations: ToolAnnotations, *, cluster_text: bool, structured_output: bool | None = None
-    ) -> Callable[[_Fn], _Fn]:
-        """Register a tool described by its docstring; one that returns cluster text says it is data."""
+def _add_triage_tools(shared: _Tools) -> None:
+    """triage_cluster (through AWS) and analyze_probe_output (offline): the two that judge and return a report."""
+    factory, profile = shared.clients_for, shared.profile
 
-        def register(fn: _Fn) -> _Fn:
-            description = inspect.cleandoc(fn.__doc__ or "")
-            if cluster_text:
-                description = f"{description}\n\n{UNTRUSTED_NOTE}"
-            decorate = server.tool(
-                title=title, description=description, annotations=annotations, structured_output=structured_output
-            )
-            return decorate(fn)
-
-        return register
-
-    @tool("Triage a HyperPod cluster or one node", _READS_AWS, cluster_text=True)
+    @shared.tool("Triage a HyperPod cluster or one node", _READS_AWS, cluster_text=True)
     def triage_cluster(
         cluster: str,
         region: str | None = None,
@@ -228,14 +250,14 @@ def build_server(
         Manager (read-only script; slower: minutes). Give node (an EC2 instance id) to focus on one node.
         Returns the triage report: findings (PASS/FAIL/WARN/INFO/UNKNOWN with priority, evidence, runbook
         section, suggested commands), one verdict per node, and what was covered. Use this first."""
-        report = run(
+        report = _run(
             lambda: tools.triage_cluster(
                 factory, cluster, region, node, probe, max_probe_nodes, since_hours, log_days, profile
             )
         )
         return report_result(report)
 
-    @tool("Judge output saved from a node", _LOCAL, cluster_text=True)
+    @shared.tool("Judge output saved from a node", _LOCAL, cluster_text=True)
     def analyze_probe_output(
         instance_type: str,
         document: dict[str, Any] | str | None = None,
@@ -252,26 +274,31 @@ def build_server(
         outputs (raw text by probe item id, e.g. {"nvidia_smi_query_gpu": "...", "kernel_log": "..."}; the ids
         are listed at the top of get_probe_script). instance_type (e.g. ml.p5.48xlarge) sets what is expected.
         Use it when someone pastes nvidia-smi, dmesg/journalctl, df or systemctl output."""
-        report = run(
+        report = _run(
             lambda: tools.analyze_probe_output(
                 instance_type, document, outputs, orchestrator, role, now, window_hours, instance_id, cluster, region
             )
         )
         return report_result(report)
 
-    @tool("Open findings of a cluster", _READS_AWS, cluster_text=True)
+
+def _add_findings_tools(shared: _Tools) -> None:
+    """list_findings, findings_stats and node_history: what the monitor's findings table holds."""
+    factory, server_table, profile = shared.clients_for, shared.table, shared.profile
+
+    @shared.tool("Open findings of a cluster", _READS_AWS, cluster_text=True)
     def list_findings(
         cluster: str, table: str | None = None, region: str | None = None, include_resolved: bool = False
     ) -> Annotated[CallToolResult, tools.FindingsList]:
         """The monitor's open findings of a cluster from its findings table (the stack's FindingsTableName),
         most urgent first, each with first/last seen, count, evidence and fingerprint. Use it to see what the
         deployed monitor already knows before triaging again."""
-        found = run(
+        found = _run(
             lambda: tools.list_findings(factory, cluster, table or server_table, region, include_resolved, profile)
         )
         return structured_result(for_agent_model(found))
 
-    @tool("Findings history reviewed over a period", _READS_AWS, cluster_text=True)
+    @shared.tool("Findings history reviewed over a period", _READS_AWS, cluster_text=True)
     def findings_stats(
         cluster: str, table: str | None = None, region: str | None = None, days: int = 30, until: str | None = None
     ) -> Annotated[CallToolResult, tools.FindingsStats]:
@@ -279,10 +306,12 @@ def build_server(
         repeat offenders (nodes with two or more incidents), incidents and node-hours unhealthy per instance
         group and type, what fails most by check and by runbook section, time to resolve (p50/p90), and what is
         still open. Use it for "which nodes keep failing" or a monthly reliability review."""
-        stats = run(lambda: tools.findings_stats(factory, cluster, table or server_table, region, days, until, profile))
+        stats = _run(
+            lambda: tools.findings_stats(factory, cluster, table or server_table, region, days, until, profile)
+        )
         return structured_result(for_agent_model(stats))
 
-    @tool("History of a node's findings", _READS_AWS, cluster_text=True)
+    @shared.tool("History of a node's findings", _READS_AWS, cluster_text=True)
     def node_history(
         node: str | None = None,
         cluster: str | None = None,
@@ -293,17 +322,23 @@ def build_server(
         """Every transition (NEW, ESCALATED, RESOLVED, REOPENED …) of one node's findings, newest first, from
         the findings table; or give cluster for its cluster-wide findings. Use it to see whether a fault
         recurs across reboots or replacements."""
-        history = run(lambda: tools.node_history(factory, node, cluster, table or server_table, region, limit, profile))
+        history = _run(
+            lambda: tools.node_history(factory, node, cluster, table or server_table, region, limit, profile)
+        )
         return structured_result(for_agent_model(history))
 
-    @tool("Read a runbook section", _LOCAL, cluster_text=False)
+
+def _add_reference_tools(shared: _Tools) -> None:
+    """read_runbook_section and get_probe_script: the package's own text, no AWS and no cluster text."""
+
+    @shared.tool("Read a runbook section", _LOCAL, cluster_text=False)
     def read_runbook_section(section: str) -> Annotated[CallToolResult, tools.RunbookSection]:
         """The runbook section a finding points at (its section id, e.g. "G.1.a" or "B.2"): what the
         problem is, how to confirm it read-only, and what to do, in order."""
         # the package's own text: not cluster text, and not cut at a string's limit (a section is bounded)
-        return structured_result(run(lambda: tools.read_runbook_section(section)))
+        return structured_result(_run(lambda: tools.read_runbook_section(section)))
 
-    @tool("The read-only on-node probe script", _LOCAL, cluster_text=False, structured_output=False)
+    @shared.tool("The read-only on-node probe script", _LOCAL, cluster_text=False, structured_output=False)
     def get_probe_script() -> str:
         """probe.sh, the read-only script the triage runs on a node: show it to a person who wants to run it
         by hand, or to see which outputs (item ids) analyze_probe_output reads."""
@@ -312,19 +347,24 @@ def build_server(
             raise _too_large(len(script))
         return script
 
-    @tool("Suggested commands for a stored finding", _READS_AWS, cluster_text=True)
+
+def _add_advice_tools(shared: _Tools) -> None:
+    """suggested_commands and draft_support_case: text for the person behind the agent to read, run or send."""
+    factory, server_table, profile = shared.clients_for, shared.table, shared.profile
+
+    @shared.tool("Suggested commands for a stored finding", _READS_AWS, cluster_text=True)
     def suggested_commands(
         cluster: str, fingerprint: str, table: str | None = None, region: str | None = None
     ) -> Annotated[CallToolResult, tools.CommandsForFinding]:
         """The commands suggested for one stored finding (its fingerprint from list_findings), with ids filled
         in, blast radius, preconditions and the infrastructure-as-code note. They are text for a person to
         read and run; this server never runs them."""
-        commands = run(
+        commands = _run(
             lambda: tools.commands_for_finding(factory, cluster, fingerprint, table or server_table, region, profile)
         )
         return structured_result(for_agent_model(commands, documents=("text",)))
 
-    @tool("Draft an AWS Support case for a node", _READS_AWS, cluster_text=True)
+    @shared.tool("Draft an AWS Support case for a node", _READS_AWS, cluster_text=True)
     def draft_support_case(
         cluster: str, node: str, table: str | None = None, region: str | None = None, days: int = 14
     ) -> Annotated[CallToolResult, SupportCaseDraft]:
@@ -332,12 +372,10 @@ def build_server(
         reboots and replacements HyperPod's events show, and the checklist of what Support asks for. It is a
         draft to show the person; nothing is submitted."""
         case = for_agent_model(
-            run(lambda: tools.draft_support_case(factory, cluster, node, table or server_table, region, days, profile))
+            _run(lambda: tools.draft_support_case(factory, cluster, node, table or server_table, region, days, profile))
         )
         # the Markdown is rendered from the case as the agent gets it, so it quotes the same bounded text
         return structured_result(SupportCaseDraft(case=case, markdown=_document(render_markdown(case))))
-
-    return server
 
 
 # --------------------------------------------------------------------------- streamable HTTP

@@ -7,7 +7,7 @@ message substrings.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import (
     BotoCoreError,
@@ -21,7 +21,8 @@ from botocore.exceptions import (
 )
 from botocore.parsers import ResponseParserError
 
-from hyperpod_debugger.domain.observations import ApiFailure
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import ApiFailure
 
 DENIED_CODES = frozenset(
     {
@@ -90,6 +91,10 @@ def error_code(exc: ClientError) -> str:
 
 def translate(exc: Exception, action: str) -> ApiFailure:
     """Map an SDK exception to an :class:`ApiFailure`, or raise :class:`CredentialsError`."""
+    # Imported where a call failed: every function builds clients (which read the codes above), and the
+    # observations module is the triage's, not theirs.
+    from hyperpod_debugger.domain.observations import ApiFailure
+
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
         raise CredentialsError(str(exc)) from exc
     if isinstance(exc, ClientError):
@@ -122,9 +127,15 @@ def call(client: Any, action: str, method: str, **params: Any) -> dict[str, Any]
     try:
         response = fn(**params)
     except ResponseParserError as exc:
-        raise ApiCallError(ApiFailure(action, "malformed", str(exc))) from exc
+        raise ApiCallError(_malformed(action, str(exc))) from exc
     except (ClientError, BotoCoreError) as exc:
         raise ApiCallError(translate(exc, action)) from exc
     if not isinstance(response, dict):
-        raise ApiCallError(ApiFailure(action, "malformed", f"expected an object, got {type(response).__name__}"))
+        raise ApiCallError(_malformed(action, f"expected an object, got {type(response).__name__}"))
     return response
+
+
+def _malformed(action: str, message: str) -> ApiFailure:
+    from hyperpod_debugger.domain.observations import ApiFailure  # where a call failed (see translate)
+
+    return ApiFailure(action, "malformed", message)

@@ -9,8 +9,6 @@ simulated account against what the synthesized roles grant (``tests/infrastructu
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
 
 #: Every action an adapter in this package calls. A test keeps this list and the code in step.
 READ_ONLY_ACTIONS: tuple[str, ...] = (
@@ -50,7 +48,7 @@ SESSION_ACTIONS: tuple[str, ...] = (
 
 
 #: The findings table, as ``aws/store.py`` uses it. ``TransactWriteItems`` is not an IAM action: IAM
-#: authorises each item of a transaction as its own action (see :func:`iam_actions`).
+#: authorises each item of a transaction as its own action (the tests map one to the other: ``tests/iam_calls.py``).
 STORE_ACTIONS: tuple[str, ...] = (
     "dynamodb:GetItem",
     "dynamodb:Query",
@@ -61,24 +59,6 @@ STORE_ACTIONS: tuple[str, ...] = (
 
 #: Actions that need no permission (AWS: "No permissions are required to perform this operation").
 NO_PERMISSION_NEEDED: frozenset[str] = frozenset({"sts:GetCallerIdentity"})
-
-_TRANSACT_ITEM_ACTIONS = {
-    "Put": "dynamodb:PutItem",
-    "Update": "dynamodb:UpdateItem",
-    "Delete": "dynamodb:DeleteItem",
-    "ConditionCheck": "dynamodb:ConditionCheckItem",
-    "Get": "dynamodb:GetItem",
-}
-
-
-def iam_actions(action: str, params: Mapping[str, Any] | None = None) -> set[str]:
-    """The IAM actions one API call needs (an SDK operation is not always an IAM action)."""
-    if action in NO_PERMISSION_NEEDED:
-        return set()
-    if action in ("dynamodb:TransactWriteItems", "dynamodb:TransactGetItems"):
-        items = (params or {}).get("TransactItems") or []
-        return {_TRANSACT_ITEM_ACTIONS[kind] for item in items for kind in item if kind in _TRANSACT_ITEM_ACTIONS}
-    return {action}
 
 
 def by_service(actions: tuple[str, ...]) -> dict[str, list[str]]:

@@ -39,8 +39,6 @@ INCIDENT_PREFIX = "INCIDENT#"
 BASELINE_SK = "BASELINE"
 CONFLICT_ROUNDS = 3
 
-Replan = Callable[[StoredIncident | None], IncidentChange | None]
-
 
 def incident_sk(key: str) -> str:
     return f"{INCIDENT_PREFIX}{key}"

@@ -1,7 +1,7 @@
 """Complete pagination with opaque tokens.
 
 Tokens are passed back exactly as received: no format guard, so a token containing ``-``,
-``_``, ``.`` or ``:`` is never dropped (upstream weak spot 3). A service that hands back the
+``_``, ``.`` or ``:`` is never dropped (a format guard would end the listing early). A service that hands back the
 same token twice would loop forever; that is reported as a malformed response instead.
 """
 

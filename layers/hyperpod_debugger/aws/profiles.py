@@ -41,11 +41,6 @@ def profile_region(profile: str | None) -> str | None:
     return str(value) if value else None
 
 
-def check_profile(profile: str | None) -> None:
-    """Raise :class:`InvalidArgument` when ``profile`` (or ``AWS_PROFILE``) names no profile."""
-    profile_region(profile)
-
-
 @lru_cache(maxsize=1)
 def _partitions() -> dict[str, frozenset[str]]:
     data = botocore.session.get_session().get_data("endpoints")

@@ -1,6 +1,7 @@
 """Session Manager data-channel codec: the binary ``ClientMessage`` frame and its JSON payloads.
 
-Pure functions and value types, no I/O. The layout was read from the public sources of
+Pure functions and value types, no I/O, for the client's side only: it builds what a client sends
+and parses what the agent and the service send. The layout was read from the public sources of
 aws/session-manager-plugin (``src/message/clientmessage.go``, ``src/message/messageparser.go``)
 and aws/amazon-ssm-agent (``agent/session/contracts/model.go``); it is written here from those
 facts, not copied.
@@ -40,7 +41,6 @@ from typing import Any
 HEADER_LENGTH = 116
 PAYLOAD_OFFSET = HEADER_LENGTH + 4
 MESSAGE_TYPE_LENGTH = 32
-DIGEST_LENGTH = 32
 
 _HEADER = struct.Struct(">I32sIQqQ16s32sII")
 assert _HEADER.size == PAYLOAD_OFFSET
@@ -52,8 +52,6 @@ CHANNEL_CLOSED = "channel_closed"
 START_PUBLICATION = "start_publication"
 PAUSE_PUBLICATION = "pause_publication"
 
-#: Data messages: sequenced, acknowledged, retransmitted until acknowledged.
-DATA_MESSAGE_TYPES = frozenset({INPUT_STREAM_DATA, OUTPUT_STREAM_DATA})
 #: Control messages the sender may emit without a meaningful digest (the plugin skips the check).
 _UNCHECKED_TYPES = frozenset({START_PUBLICATION, PAUSE_PUBLICATION})
 
@@ -131,10 +129,6 @@ class ClientMessage:
     message_id: uuid.UUID = field(default_factory=uuid.uuid4)
     created_date: int = field(default_factory=now_ms)
     schema_version: int = SCHEMA_VERSION
-
-    @property
-    def is_data(self) -> bool:
-        return self.message_type in DATA_MESSAGE_TYPES
 
 
 def encode_message(message: ClientMessage) -> bytes:
@@ -328,16 +322,6 @@ def parse_handshake_request(payload: bytes) -> HandshakeRequest:
     return HandshakeRequest(agent_version=str(obj.get("AgentVersion", "")), actions=tuple(actions))
 
 
-def handshake_request_payload(agent_version: str, actions: list[tuple[str, Any]]) -> bytes:
-    """What an agent sends (used by the fakes and the tests)."""
-    return _dumps(
-        {
-            "AgentVersion": agent_version,
-            "RequestedClientActions": [{"ActionType": t, "ActionParameters": p} for t, p in actions],
-        }
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class ProcessedAction:
     action_type: str
@@ -364,26 +348,6 @@ def handshake_response_payload(client_version: str, actions: list[ProcessedActio
     )
 
 
-def parse_handshake_response(payload: bytes) -> tuple[str, list[ProcessedAction], list[str]]:
-    """(client version, processed actions, errors) — the agent's side, for fakes and tests."""
-    obj = _loads_object(payload, "handshake response")
-    actions = []
-    for raw in obj.get("ProcessedClientActions") or []:
-        if not isinstance(raw, dict):
-            raise ProtocolError(f"handshake response: malformed action {raw!r}")
-        try:
-            status = ActionStatus(int(raw.get("ActionStatus", 0)))
-        except (TypeError, ValueError) as exc:
-            raise ProtocolError(f"handshake response: bad ActionStatus {raw.get('ActionStatus')!r}") from exc
-        actions.append(
-            ProcessedAction(
-                str(raw.get("ActionType", "")), status, raw.get("ActionResult"), str(raw.get("Error") or "")
-            )
-        )
-    errors = [str(e) for e in obj.get("Errors") or []]
-    return str(obj.get("ClientVersion", "")), actions, errors
-
-
 @dataclass(frozen=True, slots=True)
 class HandshakeComplete:
     time_to_complete_ns: int
@@ -397,10 +361,6 @@ def parse_handshake_complete(payload: bytes) -> HandshakeComplete:
         time_to_complete_ns=ns if isinstance(ns, int) and not isinstance(ns, bool) else 0,
         customer_message=str(obj.get("CustomerMessage") or ""),
     )
-
-
-def handshake_complete_payload(time_to_complete_ns: int, customer_message: str = "") -> bytes:
-    return _dumps({"HandshakeTimeToComplete": time_to_complete_ns, "CustomerMessage": customer_message})
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,21 +388,6 @@ def parse_channel_closed(payload: bytes) -> ChannelClosed:
     )
 
 
-def channel_closed_payload(session_id: str, output: str = "") -> bytes:
-    """What the service sends (used by the fakes and the tests)."""
-    return _dumps(
-        {
-            "MessageId": str(uuid.uuid4()),
-            "CreatedDate": str(now_ms()),
-            "DestinationId": "",
-            "SessionId": session_id,
-            "MessageType": CHANNEL_CLOSED,
-            "SchemaVersion": SCHEMA_VERSION,
-            "Output": output,
-        }
-    )
-
-
 _EXIT_CODE = re.compile(rb"^\s*EXIT_CODE:\s*(-?\d+)\s*$")
 
 
@@ -452,7 +397,3 @@ def parse_exit_code(payload: bytes) -> int:
     if not match:
         raise ProtocolError(f"unexpected ExitCode payload {payload[:64]!r}")
     return int(match.group(1))
-
-
-def exit_code_payload(code: int) -> bytes:
-    return f"EXIT_CODE: {code}".encode()

@@ -88,10 +88,6 @@ _MARKER_WINDOW = 128
 
 #: The shell program of the wrapper; ``{nonce}`` is filled in per call. No single quote inside.
 _WRAPPER = 'rc=0; "$@" || rc=$?; printf "\\n' + _MARKER_PREFIX + '{nonce}=%s\\n" "$rc"; exit "$rc"'
-_WRAPPED = re.compile(
-    re.escape("sh -c '" + _WRAPPER + "' sh ").replace(re.escape("{nonce}"), "(?P<nonce>[0-9a-f]{8,32})")
-    + "(?P<command>.+)"
-)
 
 
 def wrap_command(command: str, nonce: str) -> str:
@@ -99,12 +95,6 @@ def wrap_command(command: str, nonce: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{8,32}", nonce):
         raise ValueError("the nonce must be 8 to 32 lowercase hex digits")
     return "sh -c '" + _WRAPPER.replace("{nonce}", nonce) + "' sh " + command
-
-
-def unwrap_command(wire: str) -> tuple[str, str] | None:
-    """``(command, nonce)`` from a line made by :func:`wrap_command`, or None (for fakes and tests)."""
-    match = _WRAPPED.fullmatch(wire)
-    return (match["command"], match["nonce"]) if match else None
 
 
 def marker_pattern(nonce: str) -> re.Pattern[bytes]:

@@ -10,7 +10,6 @@ from typing import Literal
 Outcome = Literal["OK", "UNREACHABLE", "TIMEOUT", "THROTTLED", "DENIED", "ENCRYPTION_REQUIRED", "ERROR"]
 
 DOCUMENT = "AWS-StartNonInteractiveCommand"
-_CLUSTER_ID = re.compile(r"^[a-z0-9]{12}$")
 _GROUP = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62})$")
 _INSTANCE = re.compile(r"^i-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
 _CLUSTER_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:cluster/(?P<id>[a-z0-9]{12})$")

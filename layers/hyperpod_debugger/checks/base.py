@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -22,8 +22,6 @@ class CheckContext:
     #: hardware Xid codes seen this many times on one instance within the log window -> replace
     xid_repeat_threshold: int = 2
 
-
-CheckFn = Callable[[ClusterObservation, CheckContext], list[Finding]]
 
 Observation = TypeVar("Observation")
 Context = TypeVar("Context")
@@ -69,7 +67,7 @@ def finding(
 
 
 def make_finding(
-    identity: dict[str, str | None],
+    identity: Mapping[str, str | None],
     check: str,
     tag: Tag,
     message: str,
@@ -110,7 +108,7 @@ _PASS_TEMPLATES: dict[tuple[str, str | None], Finding] = {}
 
 
 def _passed(
-    identity: dict[str, str | None], check: str, section: str | None, message: str, evidence: list[str]
+    identity: Mapping[str, str | None], check: str, section: str | None, message: str, evidence: list[str]
 ) -> Finding | None:
     """The PASS finding as a copy of its check's template, or None when a field needs validating (an
     empty message, a value of the wrong type): the caller then builds it the validated way and gets the

@@ -163,6 +163,8 @@ def _subnet_cidrs(subnet_ids: list[str], subnets: dict[str, Subnet] | None) -> l
 
 
 def _control_plane_sg(obs: ClusterObservation, eks: EksCluster, subnets: dict[str, Subnet] | None) -> list[Finding]:
+    """The EKS control plane admits the HyperPod nodes on TCP 443: a HyperPod security group is attached
+    to EKS, or an inbound rule of an EKS security group admits them."""
     hp_sgs = obs.cluster.security_group_ids()
     if not hp_sgs:
         return []  # network.efa_sg / vpc.alignment report a cluster without security groups
@@ -170,108 +172,117 @@ def _control_plane_sg(obs: ClusterObservation, eks: EksCluster, subnets: dict[st
     eks_sgs = [g for g in dict.fromkeys(candidates) if g]
     if set(hp_sgs).intersection(eks_sgs):
         return []
-    region = obs.cluster.region
     described: dict[str, SecurityGroup] = {}
     if obs.network.security_groups.available:
         described = obs.network.security_groups.get()
     visible = [described[g] for g in eks_sgs if g in described]
     hp_cidrs = _subnet_cidrs(obs.cluster.subnet_ids(), subnets)
     hp_set = set(hp_sgs)
-    for sg in visible:
-        if any(_admits_api_traffic(r, hp_set, hp_cidrs) for r in sg.ingress):
-            return []
+    if any(_admits_api_traffic(r, hp_set, hp_cidrs) for sg in visible for r in sg.ingress):
+        return []
     target = eks.cluster_security_group_id or (eks_sgs[0] if eks_sgs else None)
     evidence = [
         f"HyperPod security groups: {', '.join(hp_sgs)}",
         f"EKS security groups: {', '.join(eks_sgs) or '-'} (cluster SG {eks.cluster_security_group_id or '-'})",
+        *(_ingress_line(sg, r) for sg in visible for r in sg.ingress),
     ]
-    for sg in visible:
-        for r in sg.ingress:
-            peers = [*(f"sg:{g}" for g in r.group_ids), *r.ipv4_ranges, *r.ipv6_ranges]
-            proto = "all" if r.all_traffic else f"{r.protocol} {r.from_port}-{r.to_port}"
-            evidence.append(f"{sg.group_id} inbound proto={proto} source={','.join(peers) or '-'}")
     if target is None or len(visible) < len(eks_sgs):
         unseen = [g for g in eks_sgs if g not in described]
-        return [
-            finding(
-                obs,
-                CHECK_PREREQUISITES,
-                Tag.UNKNOWN,
-                "Could not verify that the EKS control plane admits the HyperPod nodes on TCP 443: "
-                + (f"{', '.join(unseen)} not described" if unseen else "EKS reported no security group"),
-                priority=Priority.P2,
-                section="B.5",
-                evidence=evidence,
-                suggested_commands=[
-                    read_only(
-                        aws_argv(
-                            "ec2",
-                            "describe-security-group-rules",
-                            region,
-                            "--filters",
-                            f"Name=group-id,Values={','.join(unseen)}",
-                        ),
-                        "List the inbound rules of the EKS security groups.",
-                    )
-                ]
-                if unseen
-                else [_describe_eks(obs, eks)],
+        return [_control_plane_unverified(obs, eks, unseen, evidence)]
+    return [_control_plane_closed(obs, target, hp_sgs, evidence)]
+
+
+def _ingress_line(sg: SecurityGroup, r: SgRule) -> str:
+    peers = [*(f"sg:{g}" for g in r.group_ids), *r.ipv4_ranges, *r.ipv6_ranges]
+    proto = "all" if r.all_traffic else f"{r.protocol} {r.from_port}-{r.to_port}"
+    return f"{sg.group_id} inbound proto={proto} source={','.join(peers) or '-'}"
+
+
+def _control_plane_unverified(
+    obs: ClusterObservation, eks: EksCluster, unseen: list[str], evidence: list[str]
+) -> Finding:
+    return finding(
+        obs,
+        CHECK_PREREQUISITES,
+        Tag.UNKNOWN,
+        "Could not verify that the EKS control plane admits the HyperPod nodes on TCP 443: "
+        + (f"{', '.join(unseen)} not described" if unseen else "EKS reported no security group"),
+        priority=Priority.P2,
+        section="B.5",
+        evidence=evidence,
+        suggested_commands=[
+            read_only(
+                aws_argv(
+                    "ec2",
+                    "describe-security-group-rules",
+                    obs.cluster.region,
+                    "--filters",
+                    f"Name=group-id,Values={','.join(unseen)}",
+                ),
+                "List the inbound rules of the EKS security groups.",
             )
         ]
-    source = hp_sgs[0]
+        if unseen
+        else [_describe_eks(obs, eks)],
+    )
+
+
+def _control_plane_closed(obs: ClusterObservation, target: str, hp_sgs: list[str], evidence: list[str]) -> Finding:
+    return finding(
+        obs,
+        CHECK_PREREQUISITES,
+        Tag.FAIL,
+        f"EKS control-plane security group {target} does not admit HyperPod security group(s) "
+        f"{', '.join(hp_sgs)} on TCP 443, and no HyperPod security group is attached to EKS",
+        priority=Priority.P1,
+        section="B.5",
+        evidence=evidence,
+        root_cause="Nodes talk to the API server through the control-plane ENIs; unless a HyperPod "
+        "security group is attached to the EKS cluster or an EKS security group allows inbound "
+        "TCP 443 from it, kubelet cannot register or report health.",
+        suggested_commands=_admit_nodes_commands(obs.cluster.region, target, hp_sgs[0]),
+    )
+
+
+def _admit_nodes_commands(region: str, target: str, source: str) -> list[SuggestedCommand]:
+    """Read the inbound rules of the control-plane security group, then admit ``source`` into it."""
     payload = json_arg(
         [{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": source, "Description": RULE_DESCRIPTION}]}]
     )
     return [
-        finding(
-            obs,
-            CHECK_PREREQUISITES,
-            Tag.FAIL,
-            f"EKS control-plane security group {target} does not admit HyperPod security group(s) "
-            f"{', '.join(hp_sgs)} on TCP 443, and no HyperPod security group is attached to EKS",
-            priority=Priority.P1,
-            section="B.5",
-            evidence=evidence,
-            root_cause="Nodes talk to the API server through the control-plane ENIs; unless a HyperPod "
-            "security group is attached to the EKS cluster or an EKS security group allows inbound "
-            "TCP 443 from it, kubelet cannot register or report health.",
-            suggested_commands=[
-                read_only(
-                    aws_argv(
-                        "ec2",
-                        "describe-security-group-rules",
-                        region,
-                        "--filters",
-                        f"Name=group-id,Values={target}",
-                    ),
-                    f"List the inbound rules of {target}.",
-                ),
-                mutating(
-                    aws_argv(
-                        "ec2",
-                        "authorize-security-group-ingress",
-                        region,
-                        "--group-id",
-                        target,
-                        "--ip-permissions",
-                        payload,
-                    ),
-                    f"Allow traffic from {source} into the EKS control-plane security group {target}.",
-                    blast_radius=f"Every network interface carrying {target} (the EKS control-plane ENIs "
-                    "and any managed node group using the cluster security group) accepts all protocols "
-                    f"from interfaces carrying {source}; nothing is opened to the internet. Reversible with "
-                    "`aws ec2 revoke-security-group-ingress` and the same --ip-permissions payload.",
-                    changes_configuration=True,
-                    resource=target,
-                    preconditions=[
-                        f"{target} is the EKS cluster security group (clusterSecurityGroupId), not a worker "
-                        "security group.",
-                        f"{source} is a security group of this HyperPod cluster's VpcConfig.",
-                        "An InvalidPermission.Duplicate error means the rule already exists.",
-                    ],
-                ),
+        read_only(
+            aws_argv(
+                "ec2",
+                "describe-security-group-rules",
+                region,
+                "--filters",
+                f"Name=group-id,Values={target}",
+            ),
+            f"List the inbound rules of {target}.",
+        ),
+        mutating(
+            aws_argv(
+                "ec2",
+                "authorize-security-group-ingress",
+                region,
+                "--group-id",
+                target,
+                "--ip-permissions",
+                payload,
+            ),
+            f"Allow traffic from {source} into the EKS control-plane security group {target}.",
+            blast_radius=f"Every network interface carrying {target} (the EKS control-plane ENIs "
+            "and any managed node group using the cluster security group) accepts all protocols "
+            f"from interfaces carrying {source}; nothing is opened to the internet. Reversible with "
+            "`aws ec2 revoke-security-group-ingress` and the same --ip-permissions payload.",
+            changes_configuration=True,
+            resource=target,
+            preconditions=[
+                f"{target} is the EKS cluster security group (clusterSecurityGroupId), not a worker security group.",
+                f"{source} is a security group of this HyperPod cluster's VpcConfig.",
+                "An InvalidPermission.Duplicate error means the rule already exists.",
             ],
-        )
+        ),
     ]
 
 

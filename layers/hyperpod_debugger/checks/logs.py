@@ -15,8 +15,8 @@ from typing import Any
 
 from hyperpod_debugger.checks.base import Check, CheckContext, finding
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
-from hyperpod_debugger.domain.observations import ClusterObservation, LogEvent
-from hyperpod_debugger.domain.xid import XidInfo, decoded, lookup, parse_xid_codes
+from hyperpod_debugger.domain.observations import ClusterObservation, InstanceGroup, LogEvent
+from hyperpod_debugger.domain.xid import XidInfo, XidRung, XidSeverity, decoded, lookup, parse_xid_codes, xid_verdict
 from hyperpod_debugger.remediation import commands as commands_
 from hyperpod_debugger.remediation.suggest import aws_argv, read_only
 
@@ -287,83 +287,15 @@ def _s3_location(source: str | None) -> tuple[str, str] | None:
 
 
 def _lifecycle_commands(obs: ClusterObservation, stream: StreamName, cause: LifecycleCause) -> list[SuggestedCommand]:
+    """Read the stream, then what tests the cause named: the nodes' path to S3, the execution role's right to
+    read the scripts, the cluster's instance group names."""
     region = obs.cluster.region
     commands = [commands_.tail_log_stream(region, obs.logs.group_name, stream.raw)]
     group = obs.cluster.group(stream.group) if stream.group else None
     if cause.key == "s3_timeout":
-        commands.append(
-            read_only(
-                aws_argv(
-                    "ec2",
-                    "describe-vpc-endpoints",
-                    region,
-                    "--filters",
-                    f"Name=service-name,Values=com.amazonaws.{region}.s3",
-                ),
-                "List the S3 VPC endpoints in the region; the cluster's VPC needs a gateway endpoint "
-                "associated with the nodes' route tables (or a NAT route).",
-            )
-        )
-        # the group's own subnets when known: its override, else the cluster VpcConfig
-        if group and group.override_vpc:
-            subnets = list(group.override_vpc.subnet_ids)
-        elif group and obs.cluster.vpc:
-            subnets = list(obs.cluster.vpc.subnet_ids)
-        else:
-            subnets = obs.cluster.subnet_ids()
-        if subnets:
-            commands.append(
-                read_only(
-                    aws_argv(
-                        "ec2",
-                        "describe-route-tables",
-                        region,
-                        "--filters",
-                        f"Name=association.subnet-id,Values={','.join(subnets)}",
-                    ),
-                    "Show the routes of the nodes' subnets (look for an S3 prefix-list or 0.0.0.0/0 route).",
-                )
-            )
+        commands += _s3_path_commands(obs, group)
     elif cause.key == "access_denied" and group and group.execution_role:
-        location = _s3_location(group.lifecycle_source)
-        if location:
-            bucket, prefix = location
-            partition = obs.cluster.arn.split(":")[1] if obs.cluster.arn.count(":") >= 2 else "aws"
-            script = prefix
-            if group.lifecycle_on_create:
-                script = f"{prefix.rstrip('/')}/{group.lifecycle_on_create}"
-            commands.append(
-                read_only(
-                    aws_argv(
-                        "iam",
-                        "simulate-principal-policy",
-                        region,
-                        "--policy-source-arn",
-                        group.execution_role,
-                        "--action-names",
-                        "s3:GetObject",
-                        "--resource-arns",
-                        f"arn:{partition}:s3:::{bucket}/{script.lstrip('/')}",
-                    ),
-                    "Check whether the execution role may read the lifecycle script object.",
-                )
-            )
-            commands.append(
-                read_only(
-                    aws_argv(
-                        "iam",
-                        "simulate-principal-policy",
-                        region,
-                        "--policy-source-arn",
-                        group.execution_role,
-                        "--action-names",
-                        "s3:ListBucket",
-                        "--resource-arns",
-                        f"arn:{partition}:s3:::{bucket}",
-                    ),
-                    "Check whether the execution role may list the lifecycle script bucket.",
-                )
-            )
+        commands += _script_access_commands(obs, group, group.execution_role)
     elif cause.key == "parameter_mismatch":
         commands.append(
             read_only(
@@ -374,6 +306,85 @@ def _lifecycle_commands(obs: ClusterObservation, stream: StreamName, cause: Life
             )
         )
     return commands
+
+
+def _s3_path_commands(obs: ClusterObservation, group: InstanceGroup | None) -> list[SuggestedCommand]:
+    """The region's S3 endpoints and the routes of the nodes' subnets."""
+    region = obs.cluster.region
+    commands = [
+        read_only(
+            aws_argv(
+                "ec2",
+                "describe-vpc-endpoints",
+                region,
+                "--filters",
+                f"Name=service-name,Values=com.amazonaws.{region}.s3",
+            ),
+            "List the S3 VPC endpoints in the region; the cluster's VPC needs a gateway endpoint "
+            "associated with the nodes' route tables (or a NAT route).",
+        )
+    ]
+    # the group's own subnets when known: its override, else the cluster VpcConfig
+    if group and group.override_vpc:
+        subnets = list(group.override_vpc.subnet_ids)
+    elif group and obs.cluster.vpc:
+        subnets = list(obs.cluster.vpc.subnet_ids)
+    else:
+        subnets = obs.cluster.subnet_ids()
+    if subnets:
+        commands.append(
+            read_only(
+                aws_argv(
+                    "ec2",
+                    "describe-route-tables",
+                    region,
+                    "--filters",
+                    f"Name=association.subnet-id,Values={','.join(subnets)}",
+                ),
+                "Show the routes of the nodes' subnets (look for an S3 prefix-list or 0.0.0.0/0 route).",
+            )
+        )
+    return commands
+
+
+def _script_access_commands(obs: ClusterObservation, group: InstanceGroup, role: str) -> list[SuggestedCommand]:
+    """Whether the execution role may read the lifecycle script object and list its bucket (when the
+    scripts live in S3)."""
+    location = _s3_location(group.lifecycle_source)
+    if not location:
+        return []
+    bucket, prefix = location
+    partition = obs.cluster.arn.split(":")[1] if obs.cluster.arn.count(":") >= 2 else "aws"
+    script = prefix
+    if group.lifecycle_on_create:
+        script = f"{prefix.rstrip('/')}/{group.lifecycle_on_create}"
+
+    def simulate(action: str, resource: str, description: str) -> SuggestedCommand:
+        argv = aws_argv(
+            "iam",
+            "simulate-principal-policy",
+            obs.cluster.region,
+            "--policy-source-arn",
+            role,
+            "--action-names",
+            action,
+            "--resource-arns",
+            resource,
+        )
+        return read_only(argv, description)
+
+    return [
+        simulate(
+            "s3:GetObject",
+            f"arn:{partition}:s3:::{bucket}/{script.lstrip('/')}",
+            "Check whether the execution role may read the lifecycle script object.",
+        ),
+        simulate(
+            "s3:ListBucket",
+            f"arn:{partition}:s3:::{bucket}",
+            "Check whether the execution role may list the lifecycle script bucket.",
+        ),
+    ]
 
 
 def check_lifecycle(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
@@ -622,100 +633,80 @@ def _hma_read_commands(
 
 
 def _xid_finding(obs: ClusterObservation, ctx: CheckContext, info: XidInfo, detections: list[HmaDetection]) -> Finding:
+    """One Xid on one node as HMA's records tell it. The Xid ladder shared with ``probe.xid``
+    (:func:`xid_verdict`) decides the verdict; this log adds what only it shows: a repeat is counted in
+    incidents over the log window, and a hardware fault seen once is a warning, since HyperPod's automatic
+    recovery acts on the detection (where that recovery is off, the node is left to be rebooted)."""
     stream = detections[0].stream
     incidents = count_incidents([d.timestamp for d in detections])
-    window = describe_window(ctx.log_window)
-    evidence = _hma_evidence(detections, incidents)
-    reads = _hma_read_commands(obs, ctx, stream)
-    common: dict[str, Any] = {
-        "instance_id": stream.instance_id,
-        "instance_group": stream.group,
-        "evidence": evidence,
-    }
-    seen = f"{incidents} time{'' if incidents == 1 else 's'} in the last {window}"
-
-    if info.is_hardware and incidents >= ctx.xid_repeat_threshold:
-        # The suggestion engine turns node_action into the replace command (or refuses it for a
-        # Slurm controller, or while HyperPod is already acting on the node).
-        return finding(
-            obs,
-            CHECK_HMA,
-            Tag.FAIL,
-            f"{info.label()} recurred on {stream.node} ({seen}): the fault came back after HyperPod's "
-            "automatic recovery, so replace the node rather than reboot it again",
-            priority=Priority.P0,
-            section="F",
-            root_cause=f"A hardware-class ({info.xid_class}) GPU fault that survives a reboot is a failing "
-            "part; another reboot will not clear it.",
-            suggested_commands=reads,
-            node_action="replace" if stream.instance_id else "investigate",
-            **common,
-        )
-    if info.is_hardware:
-        recovery = "replaces" if info.action == "replace" else "reboots"
-        if obs.cluster.node_recovery == "Automatic":
-            next_step = f"HyperPod's automatic recovery normally {recovery} the node"
-        else:
-            next_step = "automatic recovery is not on for this cluster, so nothing acts on it by itself"
-        return finding(
-            obs,
-            CHECK_HMA,
-            Tag.WARN,
-            f"HMA detected {info.label()} on {stream.node} ({seen}); {next_step}. "
-            "Watch for the same Xid again on this node",
-            priority=Priority.P1,
-            section="G",
-            root_cause=f"A hardware-class ({info.xid_class}) GPU fault. If it comes back on the same node "
-            "after recovery, the node should be replaced.",
-            suggested_commands=reads,
-            node_action="investigate" if obs.cluster.node_recovery == "Automatic" else "reboot",
-            **common,
-        )
-    if info.is_application:
-        return finding(
-            obs,
-            CHECK_HMA,
-            Tag.WARN,
-            f"HMA detected {info.label()} on {stream.node} ({seen}): the workload faulted on the GPU; "
-            "fix the job, the node needs no action",
-            priority=Priority.P2,
-            section="G",
-            root_cause="An application-class Xid: the running program caused it (invalid memory access, "
-            "bad kernel, killed process). Rebooting or replacing the node does not help.",
-            suggested_commands=_hma_read_commands(obs, ctx, stream, node_status=False),
-            node_action="fix-workload",
-            **common,
-        )
-    if info.action == "warn":
-        # NVIDIA's Xid catalogue lists IGNORE (or no action) as the immediate action for these codes (63: a row
-        # marked for remapping; 94: a contained error; 137: NVLink privilege error; ...): no node action alone
-        return finding(
-            obs,
-            CHECK_HMA,
-            Tag.WARN,
-            f"HMA detected {info.label()} on {stream.node} ({seen}); NVIDIA lists no node action for it on its "
-            "own: act on the hardware Xids beside it (if any), not on this one",
-            priority=Priority.P2,
-            section="G",
-            root_cause="An Xid the driver handled by itself (NVIDIA's catalogue: no immediate action); it matters "
-            "only when it repeats or comes with an uncorrectable or failed-remap Xid.",
-            suggested_commands=reads,
-            node_action="investigate",
-            **common,
-        )
+    automatic = obs.cluster.node_recovery == "Automatic"
+    detected = XidSeverity(Tag.WARN, Priority.P1, "investigate" if automatic else "reboot")
+    rung, severity = xid_verdict(info, recurred=incidents >= ctx.xid_repeat_threshold, first_fault=detected)
+    seen = f"{incidents} time{'' if incidents == 1 else 's'} in the last {describe_window(ctx.log_window)}"
+    message, cause = _hma_xid_words(rung, info, f"{stream.node} ({seen})", automatic)
+    node_action = severity.node_action
+    if rung == "recurred" and not stream.instance_id:
+        node_action = "investigate"  # no instance id to replace
+    # The suggestion engine turns node_action into the replace command (or refuses it for a
+    # Slurm controller, or while HyperPod is already acting on the node).
     return finding(
         obs,
         CHECK_HMA,
-        Tag.WARN,
-        f"HMA detected {info.label()} on {stream.node} ({seen}); the cause may be the workload, the "
-        "driver or the GPU, so read the full records before acting",
-        priority=Priority.P1,
-        section="G",
-        root_cause="This Xid does not identify its cause on its own. If it keeps coming back on the same "
-        "GPU across different jobs, run DCGM diagnostics on the drained node.",
-        suggested_commands=reads,
-        node_action="investigate",
-        **common,
+        severity.tag,
+        message,
+        priority=severity.priority,
+        section="F" if rung == "recurred" else "G",
+        root_cause=cause,
+        suggested_commands=_hma_read_commands(obs, ctx, stream, node_status=rung != "workload"),
+        node_action=node_action,
+        instance_id=stream.instance_id,
+        instance_group=stream.group,
+        evidence=_hma_evidence(detections, incidents),
+    )
+
+
+def _hma_xid_words(rung: XidRung, info: XidInfo, where: str, automatic: bool) -> tuple[str, str]:
+    """The message and the root cause of one Xid's finding, in HMA's terms; ``where`` is the node and how
+    often the Xid was seen."""
+    if rung == "recurred":
+        return (
+            f"{info.label()} recurred on {where}: the fault came back after HyperPod's automatic recovery, "
+            "so replace the node rather than reboot it again",
+            f"A hardware-class ({info.xid_class}) GPU fault that survives a reboot is a failing part; another "
+            "reboot will not clear it.",
+        )
+    if rung == "fault":
+        recovery = "replaces" if info.action == "replace" else "reboots"
+        if automatic:
+            next_step = f"HyperPod's automatic recovery normally {recovery} the node"
+        else:
+            next_step = "automatic recovery is not on for this cluster, so nothing acts on it by itself"
+        return (
+            f"HMA detected {info.label()} on {where}; {next_step}. Watch for the same Xid again on this node",
+            f"A hardware-class ({info.xid_class}) GPU fault. If it comes back on the same node after recovery, "
+            "the node should be replaced.",
+        )
+    if rung == "workload":
+        return (
+            f"HMA detected {info.label()} on {where}: the workload faulted on the GPU; fix the job, the node "
+            "needs no action",
+            "An application-class Xid: the running program caused it (invalid memory access, bad kernel, killed "
+            "process). Rebooting or replacing the node does not help.",
+        )
+    if rung == "no-action":
+        # NVIDIA's Xid catalogue lists IGNORE (or no action) as the immediate action for these codes (63: a row
+        # marked for remapping; 94: a contained error; 137: NVLink privilege error; ...): no node action alone
+        return (
+            f"HMA detected {info.label()} on {where}; NVIDIA lists no node action for it on its own: act on the "
+            "hardware Xids beside it (if any), not on this one",
+            "An Xid the driver handled by itself (NVIDIA's catalogue: no immediate action); it matters only when "
+            "it repeats or comes with an uncorrectable or failed-remap Xid.",
+        )
+    return (
+        f"HMA detected {info.label()} on {where}; the cause may be the workload, the driver or the GPU, so read "
+        "the full records before acting",
+        "This Xid does not identify its cause on its own. If it keeps coming back on the same GPU across "
+        "different jobs, run DCGM diagnostics on the drained node.",
     )
 
 

@@ -147,6 +147,22 @@ def _self_reference_commands(region: str, sg_id: str, direction: str) -> list[Su
     ]
 
 
+#: direction -> what a set without its all-traffic self-reference misses, and why that matters
+_MISSING_SELF_REFERENCE = {
+    "inbound": (
+        "missing inbound all-traffic rule from its own security group(s); node-to-node EFA traffic is dropped",
+        "No inbound rule with protocol -1 references a security group of this set, "
+        "so nodes cannot receive traffic from each other.",
+    ),
+    "outbound": (
+        "missing outbound all-traffic rule to its own security group(s); EFA health checks fail",
+        "No outbound rule with protocol -1 references a security group of this set. "
+        "The outbound self-reference is the usual cause of a failed EFA health check; "
+        "a 0.0.0.0/0 rule does not replace it.",
+    ),
+}
+
+
 def check_efa_sg(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
     """Node-to-node all-traffic rules for every SG set, plus missing SGs and broad egress."""
     sets = sg_sets(obs)
@@ -154,117 +170,32 @@ def check_efa_sg(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
         raise NotApplicable("the cluster has no VpcConfig and no instance-group OverrideVpcConfig")
     described = obs.network.security_groups.get()
     missing = set(obs.network.missing_security_groups)
-    region = obs.cluster.region
-    findings: list[Finding] = []
-
-    for sg_id in dict.fromkeys(sg for s in sets for sg in s.ids):
-        if sg_id in missing:
-            users = [s for s in sets if sg_id in s.ids]
-            groups = sorted({g for s in users for g in s.groups})
-            findings.append(
-                finding(
-                    obs,
-                    CHECK_EFA_SG,
-                    Tag.FAIL,
-                    f"Security group {sg_id} does not exist, but the cluster references it",
-                    priority=Priority.P0,
-                    section=SECTION,
-                    instance_group=users[0].instance_group() if len(users) == 1 else None,
-                    evidence=[
-                        f"{sg_id}: not returned by ec2:DescribeSecurityGroups",
-                        f"instance groups using it: {', '.join(groups) or '-'}",
-                    ],
-                    root_cause="The security group was deleted or belongs to another account or "
-                    "Region; new nodes cannot be launched with it.",
-                    suggested_commands=[
-                        read_only(
-                            aws_argv("ec2", "describe-security-groups", region, "--group-ids", sg_id),
-                            f"Confirm that {sg_id} is gone (expect InvalidGroup.NotFound).",
-                        )
-                    ],
-                )
-            )
-
-    unseen_sets: list[SgSet] = []
+    findings = [
+        _sg_not_found(obs, sets, sg_id) for sg_id in dict.fromkeys(sg for s in sets for sg in s.ids) if sg_id in missing
+    ]
+    unread: list[SgSet] = []
     for s in sets:
         present = [described[i] for i in s.ids if i in described]
         unseen = [i for i in s.ids if i not in described and i not in missing]
-        if not present:
-            if unseen:
-                unseen_sets.append(s)
-            continue  # every SG of the set is missing: reported above
-        evidence = trim_evidence(rule_lines(present), 40)
-        for direction in ("inbound", "outbound"):
-            rules = [r for sg in present for r in (sg.ingress if direction == "inbound" else sg.egress)]
-            if rules_admit_groups(rules, s.ids):
-                continue
-            if unseen:
-                findings.append(
-                    finding(
-                        obs,
-                        CHECK_EFA_SG,
-                        Tag.UNKNOWN,
-                        f"Could not verify the {direction} all-traffic self-reference of {s.label()}: "
-                        f"{', '.join(unseen)} not described",
-                        priority=Priority.P2,
-                        section=SECTION,
-                        instance_group=s.instance_group(),
-                        evidence=evidence,
-                    )
-                )
-                continue
-            who = s.label()[:1].upper() + s.label()[1:]
-            if direction == "inbound":
-                message = (
-                    f"{who}: missing inbound all-traffic rule from its own security group(s); "
-                    "node-to-node EFA traffic is dropped"
-                )
-                root_cause = (
-                    "No inbound rule with protocol -1 references a security group of this set, "
-                    "so nodes cannot receive traffic from each other."
-                )
-            else:
-                message = (
-                    f"{who}: missing outbound all-traffic rule to its own security group(s); EFA health checks fail"
-                )
-                root_cause = (
-                    "No outbound rule with protocol -1 references a security group of this set. "
-                    "The outbound self-reference is the usual cause of a failed EFA health check; "
-                    "a 0.0.0.0/0 rule does not replace it."
-                )
-            target = present[0].group_id
-            findings.append(
-                finding(
-                    obs,
-                    CHECK_EFA_SG,
-                    Tag.FAIL,
-                    message,
-                    priority=Priority.P0,
-                    section=SECTION,
-                    instance_group=s.instance_group(),
-                    evidence=evidence,
-                    root_cause=root_cause,
-                    suggested_commands=_self_reference_commands(region, target, direction),
-                )
-            )
-
-    for s in unseen_sets:
-        findings.append(
-            finding(
-                obs,
-                CHECK_EFA_SG,
-                Tag.UNKNOWN,
-                f"Could not read the rules of {s.label()}",
-                priority=Priority.P2,
-                section=SECTION,
-                instance_group=s.instance_group(),
-                evidence=[f"{i}: not described" for i in s.ids],
-            )
+        if present:
+            findings += _self_reference_gaps(obs, s, present, unseen)
+        elif unseen:
+            unread.append(s)  # when every SG of the set is missing, that was reported above
+    findings += [
+        finding(
+            obs,
+            CHECK_EFA_SG,
+            Tag.UNKNOWN,
+            f"Could not read the rules of {s.label()}",
+            priority=Priority.P2,
+            section=SECTION,
+            instance_group=s.instance_group(),
+            evidence=[f"{i}: not described" for i in s.ids],
         )
-
+        for s in unread
+    ]
     findings.extend(_broad_egress(obs, sets, described))
     findings.extend(_cross_set(obs, sets, described))
-
     if not findings:
         evidence = trim_evidence(
             [f"{s.label()}: inbound and outbound all-traffic rules reference the set" for s in sets]
@@ -277,6 +208,76 @@ def check_efa_sg(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
                 f"EFA security-group rules in place for {len(sets)} security-group set(s)",
                 section=SECTION,
                 evidence=evidence,
+            )
+        )
+    return findings
+
+
+def _sg_not_found(obs: ClusterObservation, sets: list[SgSet], sg_id: str) -> Finding:
+    users = [s for s in sets if sg_id in s.ids]
+    groups = sorted({g for s in users for g in s.groups})
+    return finding(
+        obs,
+        CHECK_EFA_SG,
+        Tag.FAIL,
+        f"Security group {sg_id} does not exist, but the cluster references it",
+        priority=Priority.P0,
+        section=SECTION,
+        instance_group=users[0].instance_group() if len(users) == 1 else None,
+        evidence=[
+            f"{sg_id}: not returned by ec2:DescribeSecurityGroups",
+            f"instance groups using it: {', '.join(groups) or '-'}",
+        ],
+        root_cause="The security group was deleted or belongs to another account or "
+        "Region; new nodes cannot be launched with it.",
+        suggested_commands=[
+            read_only(
+                aws_argv("ec2", "describe-security-groups", obs.cluster.region, "--group-ids", sg_id),
+                f"Confirm that {sg_id} is gone (expect InvalidGroup.NotFound).",
+            )
+        ],
+    )
+
+
+def _self_reference_gaps(
+    obs: ClusterObservation, s: SgSet, present: list[SecurityGroup], unseen: list[str]
+) -> list[Finding]:
+    """Each direction in which no all-traffic rule of the set references the set: a FAIL, or UNKNOWN
+    when some of its groups could not be described."""
+    evidence = trim_evidence(rule_lines(present), 40)
+    findings: list[Finding] = []
+    for direction in ("inbound", "outbound"):
+        rules = [r for sg in present for r in (sg.ingress if direction == "inbound" else sg.egress)]
+        if rules_admit_groups(rules, s.ids):
+            continue
+        if unseen:
+            findings.append(
+                finding(
+                    obs,
+                    CHECK_EFA_SG,
+                    Tag.UNKNOWN,
+                    f"Could not verify the {direction} all-traffic self-reference of {s.label()}: "
+                    f"{', '.join(unseen)} not described",
+                    priority=Priority.P2,
+                    section=SECTION,
+                    instance_group=s.instance_group(),
+                    evidence=evidence,
+                )
+            )
+            continue
+        what, root_cause = _MISSING_SELF_REFERENCE[direction]
+        findings.append(
+            finding(
+                obs,
+                CHECK_EFA_SG,
+                Tag.FAIL,
+                f"{s.label()[:1].upper() + s.label()[1:]}: {what}",
+                priority=Priority.P0,
+                section=SECTION,
+                instance_group=s.instance_group(),
+                evidence=evidence,
+                root_cause=root_cause,
+                suggested_commands=_self_reference_commands(obs.cluster.region, present[0].group_id, direction),
             )
         )
     return findings

@@ -92,6 +92,7 @@ def _daemon_commands(obs: ClusterObservation, s: SlurmObservation, units: list[s
 
 
 def check_controller(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
+    """Whether the controller answers ``scontrol ping``, and whether its daemons run on the node asked."""
     s = _slurm(obs)
     c = s.controller
     ping_text = s.outputs.get("ping", "")
@@ -99,27 +100,11 @@ def check_controller(obs: ClusterObservation, ctx: CheckContext) -> list[Finding
     who = f"{c.instance_id} ({c.group}, identified by {c.confirmed_by})"
     services = parse_services(s.outputs["services"]) if "services" in s.outputs else {}
     service_lines = [f"systemctl is-active {unit}: {state}" for unit, state in services.items()]
-    stopped = [u for u in CONTROLLER_SERVICES if services.get(u, "active") != "active"]
-    up = controller_up(ping_text)
-    if not up:
+    #: controller daemon -> its state, for those not active
+    stopped = {u: services[u] for u in CONTROLLER_SERVICES if services.get(u, "active") != "active"}
+    if not controller_up(ping_text):
         # One finding for one outage: a stopped daemon, when we saw one, is its cause.
-        guessed = c.confirmed_by != "scontrol ping"
-        if pings:
-            message = f"Slurm controller does not answer: scontrol ping on {who} reports it DOWN"
-            cause = (
-                "slurmctld is not running or not answering (crashed, hung on StateSaveLocation, or blocked by "
-                "munge); until it answers no job starts and sinfo/squeue fail."
-            )
-        else:
-            message = f"Slurm controller not confirmed: scontrol ping on {who} gave no answer"
-            cause = (
-                "scontrol ping printed no controller state: slurmctld is unreachable, the Slurm tools are missing "
-                "on this node, or this node is not the controller"
-                + (" (it was only guessed from its instance-group name)." if guessed else ".")
-            )
-        if stopped:
-            message += "; " + ", ".join(f"{u} is {services[u]}" for u in stopped)
-            cause = " ".join(_service_cause(u) for u in stopped)
+        message, cause = _not_answering(who, bool(pings), c.confirmed_by != "scontrol ping", stopped)
         return [
             finding(
                 obs,
@@ -130,56 +115,80 @@ def check_controller(obs: ClusterObservation, ctx: CheckContext) -> list[Finding
                 section=SECTION,
                 evidence=(_lines(ping_text) or ["scontrol ping: (no output)"]) + service_lines,
                 root_cause=cause,
-                suggested_commands=_daemon_commands(obs, s, stopped or list(CONTROLLER_SERVICES)),
+                suggested_commands=_daemon_commands(obs, s, list(stopped) or list(CONTROLLER_SERVICES)),
                 next_step="Find why the controller is not answering (the daemons' journal, the disk holding "
                 "StateSaveLocation, munge) before restarting anything.",
             )
         ]
-    out: list[Finding] = []
-    for unit in stopped:
-        if unit == "slurmctld":
-            # The controller answers, yet slurmctld is not running here: we asked another node.
-            out.append(
-                finding(
-                    obs,
-                    "slurm.controller",
-                    Tag.WARN,
-                    f"slurmctld is {services[unit]} on {c.instance_id} ({c.group}), yet the controller answers "
-                    "ping: this node is probably not the controller host",
-                    priority=Priority.P1,
-                    section=SECTION,
-                    evidence=[*(p.line for p in pings), *service_lines],
-                    root_cause="scontrol ping reaches the controller from any Slurm node; the controller runs "
-                    "elsewhere (the host named in the ping line), or a backup controller has taken over.",
-                )
-            )
-            continue
-        out.append(
-            finding(
-                obs,
-                "slurm.controller",
-                Tag.FAIL,
-                f"{unit} is {services[unit]} on the Slurm controller {c.instance_id} ({c.group})",
-                priority=Priority.P0,
-                section=SECTION,
-                evidence=[*(p.line for p in pings), *service_lines],
-                root_cause=_service_cause(unit),
-                suggested_commands=_daemon_commands(obs, s, [unit]),
-            )
+    evidence = [*(p.line for p in pings), *service_lines]
+    out = [_daemon_stopped(obs, s, unit, state, evidence) for unit, state in stopped.items()]
+    if out:
+        return out
+    answered = next(p for p in pings if p.status == "UP")
+    return [
+        finding(
+            obs,
+            "slurm.controller",
+            Tag.PASS,
+            f"Slurm controller answers: slurmctld ({answered.role}) at {answered.host} is UP, asked on {who}",
+            section=SECTION,
+            evidence=[p.line for p in pings] + (service_lines or ["services: not reported"]),
         )
-    if not out:
-        answered = next(p for p in pings if p.status == "UP")
-        out.append(
-            finding(
-                obs,
-                "slurm.controller",
-                Tag.PASS,
-                f"Slurm controller answers: slurmctld ({answered.role}) at {answered.host} is UP, asked on {who}",
-                section=SECTION,
-                evidence=[p.line for p in pings] + (service_lines or ["services: not reported"]),
-            )
+    ]
+
+
+def _not_answering(who: str, pinged: bool, guessed: bool, stopped: dict[str, str]) -> tuple[str, str]:
+    """(message, root cause) of a controller that does not answer ``scontrol ping``: a stopped daemon,
+    when one was seen, is the cause."""
+    if pinged:
+        message = f"Slurm controller does not answer: scontrol ping on {who} reports it DOWN"
+        cause = (
+            "slurmctld is not running or not answering (crashed, hung on StateSaveLocation, or blocked by "
+            "munge); until it answers no job starts and sinfo/squeue fail."
         )
-    return out
+    else:
+        message = f"Slurm controller not confirmed: scontrol ping on {who} gave no answer"
+        cause = (
+            "scontrol ping printed no controller state: slurmctld is unreachable, the Slurm tools are missing "
+            "on this node, or this node is not the controller"
+            + (" (it was only guessed from its instance-group name)." if guessed else ".")
+        )
+    if stopped:
+        message += "; " + ", ".join(f"{u} is {state}" for u, state in stopped.items())
+        cause = " ".join(_service_cause(u) for u in stopped)
+    return message, cause
+
+
+def _daemon_stopped(
+    obs: ClusterObservation, s: SlurmObservation, unit: str, state: str, evidence: list[str]
+) -> Finding:
+    """A controller daemon not active although the controller answers ping."""
+    c = s.controller
+    if unit == "slurmctld":
+        # The controller answers, yet slurmctld is not running here: we asked another node.
+        return finding(
+            obs,
+            "slurm.controller",
+            Tag.WARN,
+            f"slurmctld is {state} on {c.instance_id} ({c.group}), yet the controller answers "
+            "ping: this node is probably not the controller host",
+            priority=Priority.P1,
+            section=SECTION,
+            evidence=evidence,
+            root_cause="scontrol ping reaches the controller from any Slurm node; the controller runs "
+            "elsewhere (the host named in the ping line), or a backup controller has taken over.",
+        )
+    return finding(
+        obs,
+        "slurm.controller",
+        Tag.FAIL,
+        f"{unit} is {state} on the Slurm controller {c.instance_id} ({c.group})",
+        priority=Priority.P0,
+        section=SECTION,
+        evidence=evidence,
+        root_cause=_service_cause(unit),
+        suggested_commands=_daemon_commands(obs, s, [unit]),
+    )
 
 
 # --------------------------------------------------------------------------- slurm.nodes
@@ -287,6 +296,7 @@ def _resume_allowed(state: NodeState, reason: str | None) -> bool:
 
 
 def check_nodes(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
+    """Every node the controller holds out of service, with its reason; power-saving nodes are no failure."""
     s = _slurm(obs)
     nodes = _nodes(s)
     if not nodes:
@@ -311,55 +321,12 @@ def check_nodes(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
     fine = 0
     for node in nodes:
         problem = _problem(node.state)
-        if problem is None:
-            if node.state.power_saving:
-                resting.append(f"{node.name} ({node.state.raw})")
-            else:
-                fine += 1
-            continue
-        tag, what = problem
-        iid = s.node_instances.get(node.name)
-        where = f"instance {iid}" if iid else "instance id unknown (no cluster node has this hostname)"
-        reason = node.reason
-        cause, next_step = _cause(node.state, reason)
-        commands = [
-            read_only(
-                ["scontrol", "show", "node", node.name],
-                f"Read the node's full state, reason and who set it; {ON_CONTROLLER}",
-            )
-        ]
-        if iid and _resume_allowed(node.state, reason):
-            commands.append(
-                mutating(
-                    ["scontrol", "update", f"nodename={node.name}", "state=resume"],
-                    f"Return {node.name} to service once slurmd on it is healthy again",
-                    blast_radius="The node takes jobs again; if the fault is still there jobs fail on it.",
-                    changes_configuration=False,
-                    preconditions=[
-                        "The node's own probe shows slurmd active and no fault (run `hyperpod-debugger probe "
-                        f"--cluster {obs.cluster.name} --region {obs.cluster.region} --node {iid}`).",
-                        "The root cause shown above is fixed.",
-                        f"Run it on the Slurm controller ({ON_CONTROLLER}).",
-                    ],
-                    step="change",
-                )
-            )
-        out.append(
-            finding(
-                obs,
-                "slurm.nodes",
-                tag,
-                f"Slurm node {node.name} ({where}) is {what}; reason: {reason or '(none given)'}",
-                priority=Priority.P1,
-                section=SECTION,
-                instance_id=iid,
-                evidence=node.evidence,
-                root_cause=cause,
-                suggested_commands=commands,
-                node_action="investigate",
-                **({"next_step": next_step} if next_step else {}),
-            )
-        )
+        if problem is not None:
+            out.append(_out_of_service(obs, s, node, *problem))
+        elif node.state.power_saving:
+            resting.append(f"{node.name} ({node.state.raw})")
+        else:
+            fine += 1
     if resting:
         out.append(
             finding(
@@ -383,6 +350,50 @@ def check_nodes(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:
             ),
         )
     return out
+
+
+def _out_of_service(obs: ClusterObservation, s: SlurmObservation, node: _Node, tag: Tag, what: str) -> Finding:
+    iid = s.node_instances.get(node.name)
+    where = f"instance {iid}" if iid else "instance id unknown (no cluster node has this hostname)"
+    cause, next_step = _cause(node.state, node.reason)
+    commands = [
+        read_only(
+            ["scontrol", "show", "node", node.name],
+            f"Read the node's full state, reason and who set it; {ON_CONTROLLER}",
+        )
+    ]
+    if iid and _resume_allowed(node.state, node.reason):
+        commands.append(_resume(obs, node.name, iid))
+    return finding(
+        obs,
+        "slurm.nodes",
+        tag,
+        f"Slurm node {node.name} ({where}) is {what}; reason: {node.reason or '(none given)'}",
+        priority=Priority.P1,
+        section=SECTION,
+        instance_id=iid,
+        evidence=node.evidence,
+        root_cause=cause,
+        suggested_commands=commands,
+        node_action="investigate",
+        **({"next_step": next_step} if next_step else {}),
+    )
+
+
+def _resume(obs: ClusterObservation, name: str, iid: str) -> SuggestedCommand:
+    return mutating(
+        ["scontrol", "update", f"nodename={name}", "state=resume"],
+        f"Return {name} to service once slurmd on it is healthy again",
+        blast_radius="The node takes jobs again; if the fault is still there jobs fail on it.",
+        changes_configuration=False,
+        preconditions=[
+            "The node's own probe shows slurmd active and no fault (run `hyperpod-debugger probe "
+            f"--cluster {obs.cluster.name} --region {obs.cluster.region} --node {iid}`).",
+            "The root cause shown above is fixed.",
+            f"Run it on the Slurm controller ({ON_CONTROLLER}).",
+        ],
+        step="change",
+    )
 
 
 # --------------------------------------------------------------------------- slurm.jobs

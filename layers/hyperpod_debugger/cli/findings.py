@@ -23,8 +23,8 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -230,8 +230,66 @@ def history_stats(store: Any, arn: str, name: str, period: tuple[datetime, datet
     return fleet_stats(name, transitions, open_now, since, until)
 
 
-def _stats(store: Any, arn: str, name: str, period: tuple[datetime, datetime], args: argparse.Namespace) -> int:
-    result = history_stats(store, arn, name, period)
+def _fail(message: str, code: int = EXIT_INVALID) -> int:
+    print(f"hyperpod-debugger findings: error: {message}", file=sys.stderr)
+    return code
+
+
+@dataclass(frozen=True)
+class _Request:
+    """The arguments of a ``findings`` verb once checked: the cluster (name or ARN) and node given, the Region to
+    call, the period of ``stats`` and the ``--limit`` of ``history`` and ``sweeps``."""
+
+    cluster: str | None
+    node: str | None
+    region: str
+    period: tuple[datetime, datetime] | None
+    limit: int
+
+
+def _checked(args: argparse.Namespace) -> _Request:
+    """The request ``args`` make, before anything is called; raises InvalidArgument for one it cannot make."""
+    if not args.table:
+        raise validate.InvalidArgument(f"no findings table: pass --table or set {TABLE_ENV}")
+    check_table(args.table)
+    cluster = validate.cluster(args.cluster) if getattr(args, "cluster", None) else None
+    node = validate.instance_id(args.node) if getattr(args, "node", None) else None
+    region = region_for(getattr(args, "cluster", None), args.region, profile=args.profile)
+    if getattr(args, "fingerprint", None) is not None and not _FINGERPRINT.match(args.fingerprint):
+        raise validate.InvalidArgument(
+            f"--fingerprint {args.fingerprint!r} is not a fingerprint: 4 to {FINGERPRINT_CHARS} hex digits"
+        )
+    period = _period(args) if args.verb == "stats" else None
+    if getattr(args, "by", None) is not None and not args.by.strip():
+        raise validate.InvalidArgument("--by must name who acknowledges")
+    limit = getattr(args, "limit", 1)
+    if not 1 <= limit <= 1000:
+        raise validate.InvalidArgument("--limit must be between 1 and 1000")
+    return _Request(cluster, node, region, period, limit)
+
+
+def _list(store: Any, arn: str, request: _Request, args: argparse.Namespace) -> int:
+    found = list(store.open_findings(arn, include_resolved=args.all).values())
+    if args.json:
+        print(json.dumps([finding_json(f) for f in sorted(found, key=sort_key)], indent=2))
+    else:
+        sys.stdout.write(visible(render_findings(found, request.cluster or arn, args.table), newlines=True))
+    return 0
+
+
+def _history(store: Any, arn: str, request: _Request, args: argparse.Namespace) -> int:
+    key = request.node or arn
+    records = store.history(key, limit=request.limit)
+    if args.json:
+        print(json.dumps([_plain(asdict(r)) for r in records], indent=2))
+    else:
+        sys.stdout.write(visible(render_history(records, key), newlines=True))
+    return 0
+
+
+def _stats(store: Any, arn: str, request: _Request, args: argparse.Namespace) -> int:
+    assert request.period is not None
+    result = history_stats(store, arn, request.cluster or arn, request.period)
     if args.json:
         print(json.dumps(stats_report.as_json(result), indent=2))
     else:
@@ -239,9 +297,48 @@ def _stats(store: Any, arn: str, name: str, period: tuple[datetime, datetime], a
     return 0
 
 
-def _fail(message: str, code: int = EXIT_INVALID) -> int:
-    print(f"hyperpod-debugger findings: error: {message}", file=sys.stderr)
-    return code
+def _sweeps(store: Any, arn: str, request: _Request, args: argparse.Namespace) -> int:
+    records = [_plain(r) for r in store.sweeps(arn, limit=request.limit)]
+    if args.json:
+        print(json.dumps(records, indent=2))
+    else:
+        sys.stdout.write(visible(render_sweeps(records, arn), newlines=True))
+    return 0
+
+
+def _ack(store: Any, arn: str, request: _Request, args: argparse.Namespace) -> int:
+    """Acknowledge the OPEN finding whose fingerprint is, or starts with, ``--fingerprint`` (one finding only)."""
+    fingerprint = args.fingerprint
+    if len(fingerprint) < FINGERPRINT_CHARS:
+        known = store.open_findings(arn, include_resolved=True)
+        matches = sorted(fp for fp in known if fp.startswith(fingerprint))
+        if len(matches) != 1:
+            which = "no finding" if not matches else f"{len(matches)} findings ({', '.join(matches[:5])})"
+            return _fail(f"{which} of {request.cluster} start with {fingerprint}: give more of the fingerprint", 1)
+        fingerprint = matches[0]
+    done = store.acknowledge(arn, fingerprint, args.by.strip(), datetime.now(UTC))
+    if done is None:
+        current = store.get(arn, fingerprint)
+        if current is None:
+            return _fail(f"no finding {fingerprint} for {request.cluster} in {args.table}", 1)
+        return _fail(f"finding {fingerprint} is {current.state.value}, not OPEN: nothing to acknowledge", 1)
+    by = args.by.strip()
+    if args.json:
+        state = done.finding.state.value
+        print(json.dumps({"fingerprint": fingerprint, "state": state, "acknowledged_by": by}))
+    else:
+        print(f"Acknowledged {fingerprint} ({visible(done.finding.message)}) by {by}")
+    return 0
+
+
+#: what each verb does with the store, the cluster's ARN, the checked request and the arguments
+_VERBS: dict[str, Callable[[Any, str, _Request, argparse.Namespace], int]] = {
+    "list": _list,
+    "history": _history,
+    "stats": _stats,
+    "sweeps": _sweeps,
+    "ack": _ack,
+}
 
 
 def cmd_findings(args: argparse.Namespace) -> int:
@@ -251,80 +348,20 @@ def cmd_findings(args: argparse.Namespace) -> int:
     from hyperpod_debugger.aws.store import FindingStore
 
     try:
-        if not args.table:
-            raise validate.InvalidArgument(f"no findings table: pass --table or set {TABLE_ENV}")
-        check_table(args.table)
-        cluster = validate.cluster(args.cluster) if getattr(args, "cluster", None) else None
-        node = validate.instance_id(args.node) if getattr(args, "node", None) else None
-        region = region_for(getattr(args, "cluster", None), args.region, profile=args.profile)
-        if getattr(args, "fingerprint", None) is not None and not _FINGERPRINT.match(args.fingerprint):
-            raise validate.InvalidArgument(
-                f"--fingerprint {args.fingerprint!r} is not a fingerprint: 4 to {FINGERPRINT_CHARS} hex digits"
-            )
-        period = _period(args) if args.verb == "stats" else None
-        if getattr(args, "by", None) is not None and not args.by.strip():
-            raise validate.InvalidArgument("--by must name who acknowledges")
-        limit = getattr(args, "limit", 1)
-        if not 1 <= limit <= 1000:
-            raise validate.InvalidArgument("--limit must be between 1 and 1000")
+        request = _checked(args)
     except validate.InvalidArgument as exc:
         return _fail(str(exc))
 
-    clients = AwsClients.for_profile(region, args.profile)
+    clients = AwsClients.for_profile(request.region, args.profile)
     store = FindingStore(clients, args.table)
+    cluster = request.cluster
     try:
         arn = cluster
         if cluster is not None and not cluster.startswith("arn:"):
             arn = sagemaker.describe_cluster(clients, cluster).arn
-        if args.verb == "list":
-            found = list(store.open_findings(str(arn), include_resolved=args.all).values())
-            if args.json:
-                print(json.dumps([finding_json(f) for f in sorted(found, key=sort_key)], indent=2))
-            else:
-                sys.stdout.write(visible(render_findings(found, cluster or str(arn), args.table), newlines=True))
-            return 0
-        if args.verb == "history":
-            key = node or str(arn)
-            records = store.history(key, limit=limit)
-            if args.json:
-                print(json.dumps([_plain(asdict(r)) for r in records], indent=2))
-            else:
-                sys.stdout.write(visible(render_history(records, key), newlines=True))
-            return 0
-        if args.verb == "stats":
-            assert period is not None
-            return _stats(store, str(arn), cluster or str(arn), period, args)
-        if args.verb == "sweeps":
-            records = [_plain(r) for r in store.sweeps(str(arn), limit=limit)]
-            if args.json:
-                print(json.dumps(records, indent=2))
-            else:
-                sys.stdout.write(visible(render_sweeps(records, str(arn)), newlines=True))
-            return 0
-        # ack
-        fingerprint = args.fingerprint
-        if len(fingerprint) < FINGERPRINT_CHARS:
-            known = store.open_findings(str(arn), include_resolved=True)
-            matches = sorted(fp for fp in known if fp.startswith(fingerprint))
-            if len(matches) != 1:
-                which = "no finding" if not matches else f"{len(matches)} findings ({', '.join(matches[:5])})"
-                return _fail(f"{which} of {cluster} start with {fingerprint}: give more of the fingerprint", 1)
-            fingerprint = matches[0]
-        done = store.acknowledge(str(arn), fingerprint, args.by.strip(), datetime.now(UTC))
-        if done is None:
-            current = store.get(str(arn), fingerprint)
-            if current is None:
-                return _fail(f"no finding {fingerprint} for {cluster} in {args.table}", 1)
-            return _fail(f"finding {fingerprint} is {current.state.value}, not OPEN: nothing to acknowledge", 1)
-        by = args.by.strip()
-        if args.json:
-            state = done.finding.state.value
-            print(json.dumps({"fingerprint": fingerprint, "state": state, "acknowledged_by": by}))
-        else:
-            print(f"Acknowledged {fingerprint} ({visible(done.finding.message)}) by {by}")
-        return 0
+        return _VERBS[args.verb](store, str(arn), request, args)
     except sagemaker.ClusterNotFound as exc:
-        return _fail(f"no HyperPod cluster {cluster!r} in {region}: {exc}", 1)
+        return _fail(f"no HyperPod cluster {cluster!r} in {request.region}: {exc}", 1)
     except CredentialsError as exc:
         return _fail(f"AWS credentials are missing, expired or rejected: {exc}", 1)
     except ApiCallError as exc:

@@ -48,7 +48,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_triage(sub)
+    _add_probe(sub)
+    _add_demo(sub)
+    _add_analyze(sub)
+    findings_cli.add_parser(sub)
+    support_case_cli.add_parser(sub)
+    _add_mcp(sub)
+    _add_printers(sub)
+    return parser
 
+
+def _add_triage(sub: argparse._SubParsersAction) -> None:
     triage = sub.add_parser(
         "triage",
         help="triage one cluster: cluster-level checks, orchestrator, and on-node probes",
@@ -87,6 +98,8 @@ def _parser() -> argparse.ArgumentParser:
         help="probe at most N nodes per run, suspect and accelerator nodes first (default 25)",
     )
 
+
+def _add_probe(sub: argparse._SubParsersAction) -> None:
     probe = sub.add_parser(
         "probe",
         help="run the read-only probe on one node through Session Manager",
@@ -101,6 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     _output_arguments(probe)
     _probe_arguments(probe)
 
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser("demo", help="triage two simulated clusters in an embedded moto server (no AWS account)")
     demo.add_argument("--json", action="store_true")
     demo.add_argument("--no-color", action="store_true")
@@ -112,6 +127,8 @@ def _parser() -> argparse.ArgumentParser:
         "the environment variables that point the CLI, in another shell, at it",
     )
 
+
+def _add_analyze(sub: argparse._SubParsersAction) -> None:
     analyze = sub.add_parser(
         "analyze",
         help="evaluate a saved probe document (or a folder of raw outputs) without AWS access",
@@ -141,8 +158,8 @@ def _parser() -> argparse.ArgumentParser:
     analyze.add_argument("--region", help="cluster Region (fills suggested commands)")
     _output_arguments(analyze, short_form=False)  # one node: the report is always in full
 
-    findings_cli.add_parser(sub)
-    support_case_cli.add_parser(sub)
+
+def _add_mcp(sub: argparse._SubParsersAction) -> None:
     mcp = sub.add_parser(
         "mcp",
         help="serve the read-only tools to an agent over the Model Context Protocol (stdio by default)",
@@ -192,6 +209,10 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("HYPERPOD_DEBUGGER_TABLE"),
         help="the monitor's findings table the findings tools read (default $HYPERPOD_DEBUGGER_TABLE)",
     )
+
+
+def _add_printers(sub: argparse._SubParsersAction) -> None:
+    """The commands that print what the package ships: the probe script, the runbook, the schemas, the policy."""
     sub.add_parser("probe-script", help="print the read-only on-node probe script (probe.sh)")
     runbook = sub.add_parser(
         "runbook", help="print a section of the packaged runbook (what an alert's '§ X' points at), or list them"
@@ -204,7 +225,6 @@ def _parser() -> argparse.ArgumentParser:
         help="the schema of the detail of the finding events the monitor puts on EventBridge instead",
     )
     sub.add_parser("iam-policy", help="print the IAM policy the triage needs (read-only calls + probe sessions)")
-    return parser
 
 
 EXIT_CODES = (

@@ -34,16 +34,8 @@ STATE_CHANGE = "SageMaker HyperPod Cluster State Change"
 NODE_HEALTH = "SageMaker HyperPod Cluster Node Health Event"
 DETAIL_TYPES = (CLUSTER_EVENT, STATE_CHANGE, NODE_HEALTH)
 
-#: Where each detail-type keeps ClusterName / ClusterArn, below ``detail``.
-CLUSTER_FIELDS_AT: dict[str, tuple[str, ...]] = {
-    CLUSTER_EVENT: ("EventDetails",),
-    STATE_CHANGE: (),
-    NODE_HEALTH: (),
-}
-
 #: Cluster Event levels that always start a triage.
 TRIAGE_LEVELS = ("Warn", "Error")
-LEVELS = ("Info", "Warn", "Error")
 
 #: For a Cluster Event without ``EventLevel``: description words (EventBridge ``wildcard`` syntax,
 #: case-sensitive, ``*`` for any text) that make it a Warn or an Error. The rule matches level-less

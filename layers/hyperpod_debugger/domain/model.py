@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from hyperpod_debugger.domain import untrusted
 from hyperpod_debugger.domain.sections import is_section, link, pointer
 
+# Every model below builds its schema on first use (``defer_build``), not at import: a function that imports
+# this module pays only for what it validates (the notifier and the alert groups never build a report).
+
 SCHEMA_VERSION: Literal[1] = 1
 #: exit codes of the triage and the CLI (README.md § CLI): 0 healthy, 1 problems found, 2 invalid arguments,
 #: 3 could not look (the AWS CLI too keeps "could not run" apart from its own error codes)
@@ -52,7 +55,7 @@ NodeAction = Literal["investigate", "reboot", "replace", "fix-workload"]
 class SuggestedCommand(BaseModel):
     """A command we never run ourselves; the operator may, after reading the conditions."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     command: str = Field(description="Shell command with real ids filled in, every value shell-quoted.")
     purpose: str = Field(description="What running it achieves, one line.")
@@ -92,7 +95,7 @@ class SuggestedCommand(BaseModel):
 class Finding(BaseModel):
     """One result of one check."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     tag: Tag
     priority: Priority | None = None
@@ -207,7 +210,7 @@ class CheckStatus(StrEnum):
 
 
 class CheckCoverage(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     check: str
     status: CheckStatus
@@ -220,7 +223,7 @@ class CheckCoverage(BaseModel):
 
 
 class Coverage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     checks: list[CheckCoverage] = Field(default_factory=list)
     api_calls: dict[str, int] = Field(
@@ -239,7 +242,7 @@ class Coverage(BaseModel):
 
 
 class ClusterRef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     name: str
     arn: str | None = None
@@ -255,7 +258,7 @@ class ClusterRef(BaseModel):
 class RunError(BaseModel):
     """A fatal condition that stopped the triage before any check could run."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     kind: Literal["credentials", "cluster_not_found", "endpoint", "invalid_argument", "internal"]
     message: str
@@ -263,7 +266,7 @@ class RunError(BaseModel):
 
 
 class Summary(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     P0: int = 0
     P1: int = 0
@@ -280,7 +283,7 @@ VerdictState = Literal[
 class NodeProblem(BaseModel):
     """One problem finding of a node, as its verdict names it (the finding itself is in ``findings``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     check: str
     tag: Tag
@@ -297,7 +300,7 @@ class NodeProblem(BaseModel):
 class NodeVerdict(BaseModel):
     """One node's state, from all its findings: the single rung of the ladder it is on, and why."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     instance_id: str
     instance_group: str | None = None
@@ -335,7 +338,7 @@ class NodeVerdict(BaseModel):
 
 
 class TriageReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     schema_version: Literal[1] = SCHEMA_VERSION
     tool_version: str
@@ -370,7 +373,7 @@ class TriageReport(BaseModel):
     def exit_code_for(findings: list[Finding], error: RunError | None = None) -> int:
         if error is not None:
             return EXIT_INVALID if error.kind == "invalid_argument" else EXIT_COULD_NOT_LOOK
-        return 1 if any(f.blocks_or_degrades for f in findings) else 0
+        return EXIT_PROBLEMS if any(f.blocks_or_degrades for f in findings) else EXIT_HEALTHY
 
 
 def trim_evidence(

@@ -173,10 +173,6 @@ def redact_lines(lines: Iterable[str]) -> list[str]:
     return out
 
 
-def redacted(value: str | None) -> str | None:
-    return redact(value) if value else value
-
-
 # --------------------------------------------------------------------------- logging
 
 _STANDARD = frozenset(vars(logging.LogRecord("n", 0, "p", 0, "m", None, None))) | {"message", "asctime"}

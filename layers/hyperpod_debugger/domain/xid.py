@@ -26,6 +26,8 @@ buckets), mapped onto what a HyperPod operator can actually do with a node:
 Where the AWS HyperPod material and NVIDIA disagree, the table follows what HyperPod's health
 monitoring agent does (Xid 71 raises ``NvidiaErrorReboot``; Xid 79 leads to replacement). Xid 74
 is rebooted once and replaced if it comes back, like every hardware code (the recurrence rule).
+
+:func:`xid_verdict` puts one Xid on that ladder for both readers, so an Xid means the same in either.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
+
+from hyperpod_debugger.domain.model import NodeAction, Priority, Tag
 
 XidClass = Literal["application", "driver", "memory", "nvlink", "bus", "hardware", "informational", "unknown"]
 XidAction = Literal["none-workload", "reboot", "replace", "investigate", "warn"]
@@ -294,6 +298,49 @@ def decoded(info: XidInfo, lines: Iterable[str], *, tore_down_channels: bool = F
     if words == {"nonfatal"}:
         return replace(info, action="warn")
     return info
+
+
+#: Where one Xid stands, whichever log reported it: the workload's own fault; an event NVIDIA lists no
+#: action for; a code that does not settle its cause; a hardware fault seen once; the same hardware
+#: fault again after a reboot.
+XidRung = Literal["workload", "no-action", "ambiguous", "fault", "recurred"]
+
+
+@dataclass(frozen=True, slots=True)
+class XidSeverity:
+    """What a finding about one Xid says of the node."""
+
+    tag: Tag
+    priority: Priority
+    node_action: NodeAction
+
+
+#: The severity of every rung but a first hardware fault: the same whoever read the Xid.
+_RUNG_SEVERITY: dict[XidRung, XidSeverity] = {
+    "workload": XidSeverity(Tag.WARN, Priority.P2, "fix-workload"),
+    "no-action": XidSeverity(Tag.WARN, Priority.P2, "investigate"),
+    "ambiguous": XidSeverity(Tag.WARN, Priority.P1, "investigate"),
+    # the fault survived the reboot that cures a transient one: the hardware is at fault
+    "recurred": XidSeverity(Tag.FAIL, Priority.P0, "replace"),
+}
+
+
+def xid_verdict(info: XidInfo, *, recurred: bool, first_fault: XidSeverity) -> tuple[XidRung, XidSeverity]:
+    """The rung of one Xid (as :func:`decoded` left it) and its severity: one ladder for the node's kernel
+    log (``probe.xid``) and HyperPod's health-monitoring agent log (``logs.hma``). ``recurred`` says the
+    same code came back after a reboot; it counts only for a code that puts the node in question. What a
+    hardware fault seen once means depends on the log that shows it (the fault live on the node, or a
+    detection HyperPod's recovery acts on), so the caller gives that severity as ``first_fault``."""
+    rung: XidRung
+    if info.is_application:
+        rung = "workload"
+    elif info.action == "warn":
+        rung = "no-action"
+    elif info.action == "investigate":
+        rung = "ambiguous"
+    else:
+        rung = "recurred" if recurred else "fault"
+    return rung, first_fault if rung == "fault" else _RUNG_SEVERITY[rung]
 
 
 # Kernel / NVRM form: "NVRM: Xid (PCI:0000:b9:00): 71, pid=..." and the older

@@ -245,10 +245,6 @@ class SweepPlan:
     def changes(self) -> list[PlannedChange]:
         return [*self.new, *self.reopened, *self.escalated, *self.unchanged, *self.resolved]
 
-    @property
-    def finding_writes(self) -> int:
-        return len(self.changes())
-
 
 # --- planning ------------------------------------------------------------------------------
 

@@ -292,7 +292,6 @@ def desired_incidents(
     fps = [fp for fp, _ in findings]
     problems = [f for _, f in findings]
     roots = root_causes(problems)
-    out: dict[str, Incident] = {}
 
     cluster_roots = [
         i
@@ -300,30 +299,12 @@ def desired_incidents(
         if f.instance_id is None and f.is_problem and f.tag is not Tag.UNKNOWN and i not in roots
     ]
     explained_by_cluster = {effect for effect, root in roots.items() if root in cluster_roots}
-    for i in cluster_roots:
-        root = problems[i]
-        effects = [problems[e] for e, r in sorted(roots.items()) if r == i]
-        incident = Incident(
-            key=f"CAUSE#{fps[i]}",
-            kind="cause",
-            cluster_arn=cluster_arn,
-            cluster_name=cluster_name or root.cluster_name,
-            priority=worst(f.priority for f in [root, *effects] if f.tag is not Tag.UNKNOWN),
-            verdict="cause",
-            title=root.message,
-            check=root.check,
-            section=root.section,
-            fingerprint=fps[i],
-            instance_group=root.instance_group,
-            next_step=root.next_step,
-            next_command=_first_read_only(root),
-            then_command=_first_mutating(root),
-            checks=_listed([root.check, *(e.check for e in effects)]),
-            evidence=_evidence(root.evidence),
-            explains=tuple(Explained(e.check, e.message, e.instance_id) for e in effects)[:MAX_LISTED],
-            nodes=_listed(e.instance_id for e in effects if e.instance_id),
+    incidents = [
+        _cause_incident(
+            cluster_arn, cluster_name, fps[i], problems[i], [problems[e] for e, r in sorted(roots.items()) if r == i]
         )
-        out[incident.key] = incident
+        for i in cluster_roots
+    ]
 
     by_node: dict[str, list[int]] = {}
     for i, f in enumerate(problems):
@@ -335,84 +316,132 @@ def desired_incidents(
         acting = {node: recovering[node]} if node in recovering else None
         verdict = node_verdicts(own, recovering=acting)[0]
         if verdict.verdict == "unknown":
-            deciding = next(f for f in own if f.tag is Tag.UNKNOWN)
-            unknown_nodes.append((node, deciding))
-            continue
-        if verdict.verdict not in ACTIONABLE:
-            continue
-        known = verdicts.get(node)
-        agree = known is not None and known.verdict == verdict.verdict
-        top = max(indices, key=lambda i: weight(problems[i]))  # the finding the verdict stands on
-        deciding, fp = problems[top], fps[top]
-        contributing = [f for f in own if f.tag is not Tag.UNKNOWN] or own
-        priority = worst(f.priority for f in contributing)
-        if verdict.verdict == "hyperpod-acting" and priority is None:
-            priority = Priority.P1
-        incident = Incident(
-            key=f"NODE#{node}",
-            kind="node",
-            cluster_arn=cluster_arn,
-            cluster_name=cluster_name or deciding.cluster_name,
-            priority=priority,
-            verdict=verdict.verdict,
-            title=deciding.message,
-            check=deciding.check,
-            section=verdict.section or deciding.section,
-            fingerprint=fp,
-            instance_id=node,
-            instance_group=verdict.instance_group
-            or deciding.instance_group
-            or (known.instance_group if known else None),
-            instance_type=known.instance_type if known else None,
-            likely_cause=verdict.likely_cause,
-            next_step=verdict.next_step,
-            next_command=_command(own, verdict.next_command),
-            then_command=_command(own, verdict.then_command),
-            occupancy=known.occupancy if agree and known else None,
-            hyperpod=verdict.hyperpod,
-            checks=tuple(verdict.checks),
-            evidence=_evidence(deciding.evidence),
-            worst=NodeIssue.of(verdict.worst) if verdict.worst else None,
-            others=tuple(NodeIssue.of(p) for p in verdict.other_problems[:MAX_ISSUES]),
-        )
-        out[incident.key] = incident
+            unknown_nodes.append((node, next(f for f in own if f.tag is Tag.UNKNOWN)))
+        elif verdict.verdict in ACTIONABLE:
+            top = max(indices, key=lambda i: weight(problems[i]))  # the finding the verdict stands on
+            incidents.append(
+                _node_incident(
+                    cluster_arn, cluster_name, node, verdict, own, fps[top], problems[top], verdicts.get(node)
+                )
+            )
 
     cluster_unknowns = [f for f in problems if f.instance_id is None and f.tag is Tag.UNKNOWN]
     if unknown_nodes or cluster_unknowns:
-        reasons = Counter(_coverage_reason(f) for _, f in unknown_nodes)
-        reasons.update(_coverage_reason(f) for f in cluster_unknowns)
-        nodes = _listed(sorted(n for n, _ in unknown_nodes))
-        common = reasons.most_common(1)[0][0]
-        if unknown_nodes:
-            probed = all(f.check.startswith("probe.") for _, f in unknown_nodes)
-            verb = "could not be probed" if probed else "could not be fully checked"
-            title = f"{_nodes(len({n for n, _ in unknown_nodes}))} {verb}: {common}"
-        else:
-            checks = len(cluster_unknowns)
-            title = f"{checks} cluster check{'s' if checks != 1 else ''} could not look: {common}"
-        contributors = [f for _, f in unknown_nodes] + cluster_unknowns
-        urgent = any(f.priority in (Priority.P0, Priority.P1) for f in contributors)
-        first = contributors[0]
-        incident = Incident(
-            key=COVERAGE_KEY,
-            kind="coverage",
-            cluster_arn=cluster_arn,
-            cluster_name=cluster_name or first.cluster_name,
-            priority=Priority.P1 if urgent else Priority.P2,
-            verdict="unknown",
-            title=title,
-            check="coverage",
-            section=first.section,
-            checks=_listed(f.check for f in contributors),
-            nodes=nodes,
-            reasons=tuple(reasons.most_common(10)),
-            next_step="Restore what the monitor could not read (access, the SSM agent, a timeout); nothing is "
-            "judged on what could not be read.",
-            next_command=_first_read_only(first),
-            evidence=_evidence([f.message for f in contributors]),
-        )
-        out[incident.key] = incident
-    return out
+        incidents.append(_coverage_incident(cluster_arn, cluster_name, unknown_nodes, cluster_unknowns))
+    return {incident.key: incident for incident in incidents}
+
+
+def _cause_incident(
+    cluster_arn: str, cluster_name: str | None, fingerprint: str, root: Finding, effects: Sequence[Finding]
+) -> Incident:
+    """The incident of a cluster-level problem, listing the findings it explains (``effects``)."""
+    return Incident(
+        key=f"CAUSE#{fingerprint}",
+        kind="cause",
+        cluster_arn=cluster_arn,
+        cluster_name=cluster_name or root.cluster_name,
+        priority=worst(f.priority for f in [root, *effects] if f.tag is not Tag.UNKNOWN),
+        verdict="cause",
+        title=root.message,
+        check=root.check,
+        section=root.section,
+        fingerprint=fingerprint,
+        instance_group=root.instance_group,
+        next_step=root.next_step,
+        next_command=_first_read_only(root),
+        then_command=_first_mutating(root),
+        checks=_listed([root.check, *(e.check for e in effects)]),
+        evidence=_evidence(root.evidence),
+        explains=tuple(Explained(e.check, e.message, e.instance_id) for e in effects)[:MAX_LISTED],
+        nodes=_listed(e.instance_id for e in effects if e.instance_id),
+    )
+
+
+def _node_incident(
+    cluster_arn: str,
+    cluster_name: str | None,
+    node: str,
+    verdict: NodeVerdict,
+    own: Sequence[Finding],
+    fingerprint: str,
+    deciding: Finding,
+    known: NodeVerdict | None,
+) -> Incident:
+    """The incident of ``node``, whose ``verdict`` (over its ``own`` findings) asks something of a person;
+    ``deciding`` is the finding the verdict stands on. What only a run knows (the instance type, what runs on
+    the node) comes from the run's own verdict of the node (``known``), what runs there only when it agrees."""
+    agree = known is not None and known.verdict == verdict.verdict
+    contributing = [f for f in own if f.tag is not Tag.UNKNOWN] or own
+    priority = worst(f.priority for f in contributing)
+    if verdict.verdict == "hyperpod-acting" and priority is None:
+        priority = Priority.P1
+    return Incident(
+        key=f"NODE#{node}",
+        kind="node",
+        cluster_arn=cluster_arn,
+        cluster_name=cluster_name or deciding.cluster_name,
+        priority=priority,
+        verdict=verdict.verdict,
+        title=deciding.message,
+        check=deciding.check,
+        section=verdict.section or deciding.section,
+        fingerprint=fingerprint,
+        instance_id=node,
+        instance_group=verdict.instance_group or deciding.instance_group or (known.instance_group if known else None),
+        instance_type=known.instance_type if known else None,
+        likely_cause=verdict.likely_cause,
+        next_step=verdict.next_step,
+        next_command=_command(own, verdict.next_command),
+        then_command=_command(own, verdict.then_command),
+        occupancy=known.occupancy if agree and known else None,
+        hyperpod=verdict.hyperpod,
+        checks=tuple(verdict.checks),
+        evidence=_evidence(deciding.evidence),
+        worst=NodeIssue.of(verdict.worst) if verdict.worst else None,
+        others=tuple(NodeIssue.of(p) for p in verdict.other_problems[:MAX_ISSUES]),
+    )
+
+
+def _coverage_incident(
+    cluster_arn: str,
+    cluster_name: str | None,
+    unknown_nodes: Sequence[tuple[str, Finding]],
+    cluster_unknowns: Sequence[Finding],
+) -> Incident:
+    """The one incident of what could not be read: the nodes whose verdict is unknown (each with the UNKNOWN
+    that decided it) and the cluster checks that could not look, counted by reason."""
+    reasons = Counter(_coverage_reason(f) for _, f in unknown_nodes)
+    reasons.update(_coverage_reason(f) for f in cluster_unknowns)
+    nodes = _listed(sorted(n for n, _ in unknown_nodes))
+    common = reasons.most_common(1)[0][0]
+    if unknown_nodes:
+        probed = all(f.check.startswith("probe.") for _, f in unknown_nodes)
+        verb = "could not be probed" if probed else "could not be fully checked"
+        title = f"{_nodes(len({n for n, _ in unknown_nodes}))} {verb}: {common}"
+    else:
+        checks = len(cluster_unknowns)
+        title = f"{checks} cluster check{'s' if checks != 1 else ''} could not look: {common}"
+    contributors = [f for _, f in unknown_nodes] + list(cluster_unknowns)
+    urgent = any(f.priority in (Priority.P0, Priority.P1) for f in contributors)
+    first = contributors[0]
+    return Incident(
+        key=COVERAGE_KEY,
+        kind="coverage",
+        cluster_arn=cluster_arn,
+        cluster_name=cluster_name or first.cluster_name,
+        priority=Priority.P1 if urgent else Priority.P2,
+        verdict="unknown",
+        title=title,
+        check="coverage",
+        section=first.section,
+        checks=_listed(f.check for f in contributors),
+        nodes=nodes,
+        reasons=tuple(reasons.most_common(10)),
+        next_step="Restore what the monitor could not read (access, the SSM agent, a timeout); nothing is "
+        "judged on what could not be read.",
+        next_command=_first_read_only(first),
+        evidence=_evidence([f.message for f in contributors]),
+    )
 
 
 def _first_read_only(f: Finding) -> dict[str, Any] | None:

@@ -40,7 +40,7 @@ from urllib.parse import quote
 
 from hyperpod_debugger.domain.model import Priority
 from hyperpod_debugger.domain.sections import what_to_do
-from hyperpod_debugger.lifecycle.incidents import Incident
+from hyperpod_debugger.lifecycle.incidents import Incident, StoredIncident
 from hyperpod_debugger.notify.alerts import (
     ISSUES_LISTED,
     NODES_LISTED,
@@ -80,7 +80,6 @@ EVENT_TYPE = "HyperPodIncident"
 MAX_TITLE = 150
 MAX_DESCRIPTION = 3000
 MAX_STEPS = 5
-MAX_STEP = 600
 MAX_KEYWORDS = 5
 MAX_KEYWORD = 50
 MAX_SUMMARY = 200
@@ -89,10 +88,10 @@ MAX_THREAD_ID = 128
 MAX_CONTEXT_VALUE = 256
 #: A runbook URL longer than this is replaced by the packaged pointer (it would crowd out a next step).
 MAX_URL = 400
-#: Under SNS's 262,144-byte message (the description's cap keeps a message far below it).
-MAX_MESSAGE_BYTES = 200_000
 
 _FENCE = "```"
+#: the last block of every incident's description
+_READ_ONLY_BLOCK = (0, f"_{READ_ONLY_NOTE}_")
 _PRIORITY_ORDER = (Priority.P0, Priority.P1, Priority.P2)
 
 
@@ -304,38 +303,63 @@ def _incident(batch: Batch, item: Item, base_url: str | None) -> dict[str, Any]:
     s = item.incident
     i = s.incident
     line = headline(item, batch.cluster_name)
-    title = _prose(f"{icon(i, item.told)} {line}", MAX_TITLE)
-    footer = [(1, f"_{_prose(opened_line(s), 200)} · incident {_code(s.incident_id, 64)}_"), (0, f"_{READ_ONLY_NOTE}_")]
-    context = {
-        **_context(batch),
-        "incidentId": s.incident_id,
-        "incidentKind": i.kind,
-        "priority": _prio(i),
-        "verdict": i.verdict,
-        "told": item.told,
-        "instanceId": i.instance_id or "",
-    }
-    nodes = [i.instance_id] if i.instance_id else list(i.nodes[:MAX_RESOURCES])
     if item.told == "resolved":
-        blocks = [
-            (0, f"*No longer seen:* {_prose(i.title, 600)}"),
-            (0, f"Open from {when(s.opened_at)} to {when(s.resolved_at)}."),
-            (0, f"*Runbook:* {_runbook(i.section, base_url)}"),
-            (1, f"_Incident {_code(s.incident_id, 64)}_"),
-            footer[-1],
-        ]
-        return _notification(
-            batch,
-            title=title,
-            description=_join(_assemble(blocks, MAX_DESCRIPTION), MAX_DESCRIPTION),
-            steps=(),
-            keywords=("RESOLVED", verdict_word(i), batch.cluster_name),
-            thread_id=s.incident_id,
-            summary=_prose(line, MAX_SUMMARY),
-            resources=nodes,
-            context=context,
-        )
+        description, first_keyword, summary = _resolved_description(s, base_url), "RESOLVED", line
+    else:
+        description, first_keyword, summary = _open_description(item, base_url), _prio(i), f"{line}: {i.title}"
+    return _notification(
+        batch,
+        title=_prose(f"{icon(i, item.told)} {line}", MAX_TITLE),
+        description=description,
+        steps=(),  # the commands and the runbook are in the description, once
+        keywords=(first_keyword, verdict_word(i), batch.cluster_name),
+        thread_id=s.incident_id,
+        summary=_prose(summary, MAX_SUMMARY),
+        resources=[i.instance_id] if i.instance_id else list(i.nodes[:MAX_RESOURCES]),
+        context={
+            **_context(batch),
+            "incidentId": s.incident_id,
+            "incidentKind": i.kind,
+            "priority": _prio(i),
+            "verdict": i.verdict,
+            "told": item.told,
+            "instanceId": i.instance_id or "",
+        },
+    )
 
+
+def _resolved_description(s: StoredIncident, base_url: str | None) -> str:
+    i = s.incident
+    blocks = [
+        (0, f"*No longer seen:* {_prose(i.title, 600)}"),
+        (0, f"Open from {when(s.opened_at)} to {when(s.resolved_at)}."),
+        (0, f"*Runbook:* {_runbook(i.section, base_url)}"),
+        (1, f"_Incident {_code(s.incident_id, 64)}_"),
+        _READ_ONLY_BLOCK,
+    ]
+    return _join(_assemble(blocks, MAX_DESCRIPTION), MAX_DESCRIPTION)
+
+
+def _open_description(item: Item, base_url: str | None) -> str:
+    """Why, what to do and the footer within :data:`MAX_DESCRIPTION`, the least important blocks left out
+    first; then the evidence (not a coverage incident's) in the room left, just above the footer."""
+    s = item.incident
+    i = s.incident
+    footer = [(1, f"_{_prose(opened_line(s), 200)} · incident {_code(s.incident_id, 64)}_"), _READ_ONLY_BLOCK]
+    kept = _assemble([*_why_blocks(item), *_action_blocks(i, base_url), *footer], MAX_DESCRIPTION)
+    used = len("\n".join(t for _, t in kept))
+    evidence = _evidence(i.evidence, MAX_DESCRIPTION - used - 1) if i.kind != "coverage" else None
+    if evidence:
+        at = len(kept) - sum(1 for b in footer if b in kept)
+        kept.insert(at, (4, evidence))
+    return _join(kept, MAX_DESCRIPTION)
+
+
+def _why_blocks(item: Item) -> list[tuple[int, str]]:
+    """(rank, text) blocks saying why: the title, the escalation, the likely cause, what HyperPod is doing, what
+    a cause explains or why a coverage incident could not look, and a node's other problems."""
+    s = item.incident
+    i = s.incident
     body: list[tuple[int, str]] = [(0, f"*Why:* {_prose(i.title, 500)}")]
     if item.told == "escalated" and s.reason:
         body.append((0, f"*Escalated:* {_prose(s.reason, 150)}"))
@@ -360,6 +384,12 @@ def _incident(batch: Batch, item: Item, base_url: str | None) -> dict[str, Any]:
         if len(issues) > ISSUES_LISTED:
             bullets.append(f"• … and {len(issues) - ISSUES_LISTED} more")
         body.append((1, f"*{heading}:*\n" + "\n".join(bullets)))
+    return body
+
+
+def _action_blocks(i: Incident, base_url: str | None) -> list[tuple[int, str]]:
+    """(rank, text) blocks saying what to do: the next step, its commands, the runbook, and where it runs."""
+    body: list[tuple[int, str]] = []
     if i.next_step:
         body.append((0, f"*Next step:* {_prose(i.next_step, 300)}"))
     said: set[str] = set()
@@ -372,24 +402,7 @@ def _incident(batch: Batch, item: Item, base_url: str | None) -> dict[str, Any]:
         body.append((3, f"*Instance type:* {_prose(i.instance_type, 60)}"))
     if i.occupancy:
         body.append((2, f"*Runs there:* {_prose(i.occupancy, 300)}"))
-    kept = _assemble([*body, *footer], MAX_DESCRIPTION)
-    used = len("\n".join(t for _, t in kept))
-    evidence = _evidence(i.evidence, MAX_DESCRIPTION - used - 1) if i.kind != "coverage" else None
-    if evidence:
-        at = len(kept) - sum(1 for b in footer if b in kept)
-        kept.insert(at, (4, evidence))
-
-    return _notification(
-        batch,
-        title=title,
-        description=_join(kept, MAX_DESCRIPTION),
-        steps=[],  # the commands and the runbook are in the description, once
-        keywords=(_prio(i), verdict_word(i), batch.cluster_name),
-        thread_id=s.incident_id,
-        summary=_prose(f"{line}: {i.title}", MAX_SUMMARY),
-        resources=nodes,
-        context=context,
-    )
+    return body
 
 
 # --------------------------------------------------------------------------- several incidents

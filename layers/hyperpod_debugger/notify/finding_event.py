@@ -247,12 +247,6 @@ def entry(detail: FindingEventDetail, bus: str) -> dict[str, Any]:
     }
 
 
-def entry_size(item: dict[str, Any]) -> int:
-    """An entry's size as EventBridge counts it (UTF-8 bytes of source, detail-type, detail, resources)."""
-    size = len(item["Source"].encode()) + len(item["DetailType"].encode()) + len(item["Detail"].encode())
-    return size + sum(len(r.encode()) for r in item.get("Resources", ()))
-
-
 def chunks(items: Sequence[T]) -> list[list[T]]:
     """Items in PutEvents-sized groups of :data:`MAX_ENTRIES`, in order (each detail is at most
     :data:`DETAIL_BYTES`, so a group stays under the request's 256 KB)."""

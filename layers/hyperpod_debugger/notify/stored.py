@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import get_args
 
 from hyperpod_debugger.domain.model import Finding, NodeAction, SuggestedCommand
-from hyperpod_debugger.domain.validate import region_of_arn
 from hyperpod_debugger.lifecycle.findings import StoredFinding
 
 #: the node actions a stored finding may carry (another value, from a newer layer, reads as none)
@@ -18,10 +17,6 @@ def cluster_label(cluster_arn: str, cluster_name: str | None = None) -> str:
     if cluster_name:
         return cluster_name
     return cluster_arn.rsplit("/", 1)[-1] if cluster_arn.startswith("arn:") else cluster_arn
-
-
-def region_of(cluster_arn: str, default: str) -> str:
-    return region_of_arn(cluster_arn) or default
 
 
 def to_finding(stored: StoredFinding) -> Finding:

@@ -179,85 +179,126 @@ def compare(
     skews = 0
     for group in sorted(by_group):
         members = sorted(by_group[group], key=lambda n: n.instance_id)
-        size = (group_sizes or {}).get(group, len(members))
-        scope = ""
-        if size > len(members) and recorded is not None:
-            scope = (
-                f"{len(members)} of the {size} Running nodes of {group} have versions recorded by the probes of "
-                f"the last {window_label(recorded)}"
-            )
-        elif size > len(members):
-            scope = f"{len(members)} of the {size} Running nodes of {group} were probed in this run"
+        scope = _scope(group, len(members), (group_sizes or {}).get(group, len(members)), recorded)
         partial = partial or bool(scope)
         readable = [n for n in members if n.versions.any_read]
-        unread_all = [n.instance_id for n in members if not n.versions.any_read]
         compared += [n.instance_id for n in readable]
         if len(members) >= 2 and len(readable) < 2:
-            findings.append(
-                Finding(
-                    tag=Tag.UNKNOWN,
-                    priority=Priority.P2,
-                    check=CHECK_SKEW,
-                    section=SECTION,
-                    message=f"Could not compare the software of {group}: versions read on {len(readable)} of "
-                    f"{len(members)} probed nodes",
-                    cluster_arn=cluster.arn,
-                    cluster_name=cluster.name,
-                    instance_group=group,
-                    evidence=[
-                        f"{n.instance_id}: {n.versions.get('kernel').detail or 'no version read'}"
-                        for n in members
-                        if not n.versions.any_read
-                    ][:IDS_SHOWN],
-                    node_action="investigate",
-                    next_step="Probe the nodes with a current probe (it collects software_versions), then compare.",
-                )
-            )
+            findings.append(_not_comparable(cluster, group, members, readable))
             continue
-        same: list[str] = []
-        group_skews = 0
-        for component, label in COMPONENTS.items():
-            values: dict[str, list[str]] = defaultdict(list)
-            wheres: dict[str, str] = {}
-            unread: list[str] = []
-            for node in readable:
-                reading = node.versions.get(component)
-                if reading.state == "read" and reading.version:
-                    values[reading.version].append(node.instance_id)
-                    wheres.setdefault(reading.version, reading.detail)
-                elif reading.state == "absent":
-                    values[NONE_FOUND].append(node.instance_id)
-                else:
-                    unread.append(f"{node.instance_id} ({reading.detail})" if reading.detail else node.instance_id)
-            real = [v for v in values if v != NONE_FOUND]
-            if not real:
-                continue  # nowhere on this group (e.g. Neuron on GPU nodes): nothing to compare
-            findings.extend(_below_floor(cluster, group, component, label, values))
-            if len(values) == 1:
-                if len(values[real[0]]) >= 2:
-                    same.append(f"{label} {real[0]}")
-                continue
-            skews += 1
-            group_skews += 1
-            findings.append(_skew(cluster, group, component, label, values, wheres, unread + unread_all, scope))
-        if same and len(readable) >= 2:
-            evidence = [f"not read on {_ids(unread_all)}"] if unread_all else []
-            if scope:
-                evidence.append(scope)
-            findings.append(
-                Finding(
-                    tag=Tag.PASS,
-                    check=CHECK_SKEW,
-                    section=SECTION,
-                    message=f"The {len(readable)} compared nodes of {group} "
-                    + ("agree on the rest of their software: " if group_skews else "run the same software: ")
-                    + ", ".join(same),
-                    cluster_arn=cluster.arn,
-                    cluster_name=cluster.name,
-                    instance_group=group,
-                    evidence=evidence,
-                )
-            )
+        group_findings, group_skews = _compare_group(cluster, group, members, readable, scope)
+        findings += group_findings
+        skews += group_skews
+    return findings, _coverage(findings, compared, len(by_group), skews, partial=partial, recorded=recorded)
+
+
+def _scope(group: str, compared: int, size: int, recorded: timedelta | None) -> str:
+    """The sentence that says a group was seen in part ("" when every Running node of it was compared)."""
+    if size <= compared:
+        return ""
+    if recorded is not None:
+        return (
+            f"{compared} of the {size} Running nodes of {group} have versions recorded by the probes of "
+            f"the last {window_label(recorded)}"
+        )
+    return f"{compared} of the {size} Running nodes of {group} were probed in this run"
+
+
+def _not_comparable(cluster: Cluster, group: str, members: list[NodeVersions], readable: list[NodeVersions]) -> Finding:
+    return Finding(
+        tag=Tag.UNKNOWN,
+        priority=Priority.P2,
+        check=CHECK_SKEW,
+        section=SECTION,
+        message=f"Could not compare the software of {group}: versions read on {len(readable)} of "
+        f"{len(members)} probed nodes",
+        cluster_arn=cluster.arn,
+        cluster_name=cluster.name,
+        instance_group=group,
+        evidence=[
+            f"{n.instance_id}: {n.versions.get('kernel').detail or 'no version read'}"
+            for n in members
+            if not n.versions.any_read
+        ][:IDS_SHOWN],
+        node_action="investigate",
+        next_step="Probe the nodes with a current probe (it collects software_versions), then compare.",
+    )
+
+
+def _compare_group(
+    cluster: Cluster, group: str, members: list[NodeVersions], readable: list[NodeVersions], scope: str
+) -> tuple[list[Finding], int]:
+    """One group's findings, component by component (below the floor, skewed, or the same on every node
+    read), and how many of its components are skewed."""
+    unread_all = [n.instance_id for n in members if not n.versions.any_read]
+    findings: list[Finding] = []
+    same: list[str] = []
+    skews = 0
+    for component, label in COMPONENTS.items():
+        values, wheres, unread = _tally(readable, component)
+        real = [v for v in values if v != NONE_FOUND]
+        if not real:
+            continue  # nowhere on this group (e.g. Neuron on GPU nodes): nothing to compare
+        findings.extend(_below_floor(cluster, group, component, label, values))
+        if len(values) == 1:
+            if len(values[real[0]]) >= 2:
+                same.append(f"{label} {real[0]}")
+            continue
+        skews += 1
+        findings.append(_skew(cluster, group, component, label, values, wheres, unread + unread_all, scope))
+    if same and len(readable) >= 2:
+        findings.append(_agreement(cluster, group, len(readable), same, skews, unread_all, scope))
+    return findings, skews
+
+
+def _tally(readable: list[NodeVersions], component: str) -> tuple[dict[str, list[str]], dict[str, str], list[str]]:
+    """(version or ``none found`` → the nodes that run it, version → where it was first read, the nodes whose
+    version could not be read)."""
+    values: dict[str, list[str]] = defaultdict(list)
+    wheres: dict[str, str] = {}
+    unread: list[str] = []
+    for node in readable:
+        reading = node.versions.get(component)
+        if reading.state == "read" and reading.version:
+            values[reading.version].append(node.instance_id)
+            wheres.setdefault(reading.version, reading.detail)
+        elif reading.state == "absent":
+            values[NONE_FOUND].append(node.instance_id)
+        else:
+            unread.append(f"{node.instance_id} ({reading.detail})" if reading.detail else node.instance_id)
+    return values, wheres, unread
+
+
+def _agreement(
+    cluster: Cluster, group: str, readable: int, same: list[str], skews: int, unread_all: list[str], scope: str
+) -> Finding:
+    evidence = [f"not read on {_ids(unread_all)}"] if unread_all else []
+    if scope:
+        evidence.append(scope)
+    return Finding(
+        tag=Tag.PASS,
+        check=CHECK_SKEW,
+        section=SECTION,
+        message=f"The {readable} compared nodes of {group} "
+        + ("agree on the rest of their software: " if skews else "run the same software: ")
+        + ", ".join(same),
+        cluster_arn=cluster.arn,
+        cluster_name=cluster.name,
+        instance_group=group,
+        evidence=evidence,
+    )
+
+
+def _coverage(
+    findings: list[Finding],
+    compared: list[str],
+    groups: int,
+    skews: int,
+    *,
+    partial: bool,
+    recorded: timedelta | None,
+) -> list[CheckCoverage]:
+    """The skew and floor checks' coverage: what was compared, and (for a partial view) which nodes."""
     where = "every probed node"
     if recorded is not None:
         where = f"the versions the probes of the last {window_label(recorded)} recorded"
@@ -271,8 +312,8 @@ def compare(
             status = CheckStatus.UNKNOWN
     else:
         status = CheckStatus.RAN
-        reason = f"compared {len(compared)} node(s) in {len(by_group)} group(s), {where}: {skews} skewed component(s)"
-    coverage = [
+        reason = f"compared {len(compared)} node(s) in {groups} group(s), {where}: {skews} skewed component(s)"
+    return [
         CheckCoverage(check=CHECK_SKEW, status=status, reason=reason, nodes=sorted(compared) if partial else None),
         CheckCoverage(
             check=CHECK_FLOOR,
@@ -281,7 +322,6 @@ def compare(
             nodes=sorted(compared) if partial else None,
         ),
     ]
-    return findings, coverage
 
 
 def _skew(

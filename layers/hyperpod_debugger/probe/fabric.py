@@ -13,6 +13,8 @@ the GPU checks. Two readings, either is enough:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hyperpod_debugger.checks.base import Check
 from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import NotApplicable
@@ -20,7 +22,7 @@ from hyperpod_debugger.probe.base import ProbeContext, finding
 from hyperpod_debugger.probe.catalog import spec_for
 from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.parse.nvsmi import UNKNOWN_BUS, parse_q
-from hyperpod_debugger.probe.parse.sysparse import cached, parse_is_active
+from hyperpod_debugger.probe.parse.sysparse import UnitState, cached, parse_is_active
 from hyperpod_debugger.probe.services import verdict
 from hyperpod_debugger.remediation.suggest import read_only
 
@@ -45,8 +47,25 @@ _CAUSE = (
 )
 
 
-def _fabric_states(doc: ProbeDocument) -> list[tuple[str, str | None, str | None, list[str], str | None]]:
-    """(bus id, State, Status, lines, Health Summary) per GPU whose ``nvidia-smi -q`` has a Fabric section."""
+@dataclass(frozen=True, slots=True)
+class _GpuFabric:
+    """One GPU's ``Fabric`` section of ``nvidia-smi -q``."""
+
+    bus: str
+    state: str | None
+    status: str | None
+    #: the section's State, Status and Health Summary lines, for evidence
+    lines: list[str]
+    health: str | None
+
+    @property
+    def ready(self) -> bool:
+        """State ``Completed``, and Status ``Success`` where the driver reports one."""
+        return (self.state or "").lower() == "completed" and (self.status is None or self.status.lower() == "success")
+
+
+def _fabric_states(doc: ProbeDocument) -> list[_GpuFabric]:
+    """Each GPU whose ``nvidia-smi -q`` has a Fabric section."""
     found = doc.item("nvidia_smi_q")
     if found is None or found.timed_out or found.missing_tool or not found.stdout:
         return []
@@ -57,28 +76,32 @@ def _fabric_states(doc: ProbeDocument) -> list[tuple[str, str | None, str | None
             continue
         state, status = gpu.get("fabric", "state"), gpu.get("fabric", "status")
         health = gpu.get("fabric", "health", "summary")
-        lines = [e.line for e in (state, status, health) if e is not None]
         out.append(
-            (
+            _GpuFabric(
                 gpu.bus_id,
                 state.value if state else None,
                 status.value if status else None,
-                lines,
+                [e.line for e in (state, status, health) if e is not None],
                 health.value if health else None,
             )
         )
     return out
 
 
+def _unit(doc: ProbeDocument, nvswitch: str) -> UnitState | None:
+    """The Fabric Manager unit's state, where the node runs it and ``systemctl`` was read."""
+    services = doc.item("systemctl_is_active")
+    # on an NVLink domain (GB200 NVL72) the switches are managed off the node: only the GPUs' fabric state counts
+    if nvswitch == "hgx" and services is not None and services.stdout and not services.missing_tool:
+        return cached(doc, services, "systemctl_is_active", parse_is_active).get(UNIT)
+    return None
+
+
 def check_fabric_manager(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
     spec = spec_for(ctx.instance_type)
     if spec is None or spec.nvswitch is None:
         raise NotApplicable(f"{ctx.instance_type} has no NVSwitch fabric")
-    unit = None
-    services = doc.item("systemctl_is_active")
-    # on an NVLink domain (GB200 NVL72) the switches are managed off the node: only the GPUs' fabric state counts
-    if spec.nvswitch == "hgx" and services is not None and services.stdout and not services.missing_tool:
-        unit = cached(doc, services, "systemctl_is_active", parse_is_active).get(UNIT)
+    unit = _unit(doc, spec.nvswitch)
     fabrics = _fabric_states(doc)
     if unit is None and not fabrics:
         raise NotApplicable("neither the nvidia-fabricmanager unit nor a Fabric section of nvidia-smi -q was read")
@@ -88,83 +111,20 @@ def check_fabric_manager(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]
     if unit is not None:
         state = verdict(unit)
         if state in ("down", "missing"):
-            what = "is not installed" if state == "missing" else "is not running"
-            out.append(
-                finding(
-                    ctx,
-                    CHECK,
-                    Tag.FAIL,
-                    f"NVIDIA Fabric Manager {what} ({unit.state}{f' ({unit.sub})' if unit.sub else ''}) on this "
-                    f"{ctx.instance_type}: the GPUs cannot use NVLink through the NVSwitches, so multi-GPU jobs "
-                    "fail or hang while every GPU looks healthy",
-                    priority=Priority.P0,
-                    section="G.1.c",
-                    evidence=trim_evidence(list(unit.lines), 6),
-                    root_cause=_CAUSE,
-                    suggested_commands=list(_COMMANDS),
-                    node_action="investigate",
-                )
-            )
-        elif state == "ok":
-            read.append(f"{UNIT} active")
+            out.append(_service_down(ctx, unit, state))
         else:
-            read.append(f"{UNIT}: {unit.state} (not judged)")
-    bad = [
-        (bus, st, status, lines)
-        for bus, st, status, lines, _ in fabrics
-        if (st or "").lower() != "completed" or (status is not None and status.lower() != "success")
-    ]
+            read.append(f"{UNIT} active" if state == "ok" else f"{UNIT}: {unit.state} (not judged)")
+    bad = [gpu for gpu in fabrics if not gpu.ready]
+    bad_buses = {gpu.bus for gpu in bad}
     unhealthy = [
-        (bus, health, lines)
-        for bus, st, status, lines, health in fabrics
-        if health is not None and health.lower() not in ("healthy", "n/a") and bus not in {b for b, _, _, _ in bad}
+        gpu
+        for gpu in fabrics
+        if gpu.health is not None and gpu.health.lower() not in ("healthy", "n/a") and gpu.bus not in bad_buses
     ]
     if bad:
-        # "In Progress" is normal for the first minutes after boot; later (or when the boot time is unknown)
-        # it is the state a node stays in when Fabric Manager never finished: CUDA refuses peer work meanwhile
-        fresh = doc.uptime_s is not None and doc.uptime_s < FRESH_BOOT_S
-        pending = fresh and all((st or "").lower() == "in progress" for _, st, _, _ in bad)
-        named = [bus for bus, _, _, _ in bad if bus != UNKNOWN_BUS]
-        gpus = f" ({', '.join(named)})" if named else ""
-        states = "; ".join(
-            f"{'' if bus == UNKNOWN_BUS else bus + ': '}State {st or '?'}, Status {status or '?'}"
-            for bus, st, status, _ in bad[:4]
-        )
-        tail = (
-            "; Fabric Manager is still training it (normal for a few minutes after boot)"
-            if pending
-            else "; until it completes, CUDA refuses work across GPUs (cudaErrorSystemNotReady)"
-        )
-        out.append(
-            finding(
-                ctx,
-                CHECK,
-                Tag.WARN if pending else Tag.FAIL,
-                f"The NVLink fabric is not ready on {len(bad)} of {len(fabrics)} GPU(s){gpus}: {states}{tail}",
-                priority=Priority.P1 if pending else Priority.P0,
-                section="G.1.c",
-                evidence=trim_evidence([line for _, _, _, lines in bad for line in lines], 8),
-                root_cause=_CAUSE,
-                suggested_commands=list(_COMMANDS),
-                node_action=None if pending else "investigate",
-            )
-        )
+        out.append(_fabric_not_ready(ctx, bad, len(fabrics), doc.uptime_s))
     if unhealthy:
-        gpus = ", ".join(bus for bus, _, _ in unhealthy if bus != UNKNOWN_BUS) or "the GPU read"
-        out.append(
-            finding(
-                ctx,
-                CHECK,
-                Tag.WARN,
-                f"The NVLink fabric is up (Completed/Success) but its health summary is not Healthy on {gpus} "
-                f"({', '.join(sorted({h for _, h, _ in unhealthy}))}): NVLink may run degraded",
-                priority=Priority.P1,
-                section="G.1.c",
-                evidence=trim_evidence([line for _, _, lines in unhealthy for line in lines], 8),
-                root_cause=_CAUSE,
-                suggested_commands=list(_COMMANDS),
-            )
-        )
+        out.append(_fabric_unhealthy(ctx, unhealthy))
     if fabrics and not bad and not unhealthy:
         read.append(f"fabric Completed/Success on {len(fabrics)} GPU(s)")
     if out:
@@ -179,6 +139,73 @@ def check_fabric_manager(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]
             evidence=trim_evidence(list(unit.lines) if unit is not None else [], 3),
         )
     ]
+
+
+def _service_down(ctx: ProbeContext, unit: UnitState, state: str) -> Finding:
+    what = "is not installed" if state == "missing" else "is not running"
+    return finding(
+        ctx,
+        CHECK,
+        Tag.FAIL,
+        f"NVIDIA Fabric Manager {what} ({unit.state}{f' ({unit.sub})' if unit.sub else ''}) on this "
+        f"{ctx.instance_type}: the GPUs cannot use NVLink through the NVSwitches, so multi-GPU jobs "
+        "fail or hang while every GPU looks healthy",
+        priority=Priority.P0,
+        section="G.1.c",
+        evidence=trim_evidence(list(unit.lines), 6),
+        root_cause=_CAUSE,
+        suggested_commands=list(_COMMANDS),
+        node_action="investigate",
+    )
+
+
+def _fabric_not_ready(ctx: ProbeContext, bad: list[_GpuFabric], total: int, uptime_s: float | None) -> Finding:
+    """GPUs whose fabric is not Completed/Success: a WARN while Fabric Manager is still at work just after
+    boot, a FAIL otherwise."""
+    # "In Progress" is normal for the first minutes after boot; later (or when the boot time is unknown)
+    # it is the state a node stays in when Fabric Manager never finished: CUDA refuses peer work meanwhile
+    fresh = uptime_s is not None and uptime_s < FRESH_BOOT_S
+    pending = fresh and all((gpu.state or "").lower() == "in progress" for gpu in bad)
+    named = [gpu.bus for gpu in bad if gpu.bus != UNKNOWN_BUS]
+    gpus = f" ({', '.join(named)})" if named else ""
+    states = "; ".join(
+        f"{'' if gpu.bus == UNKNOWN_BUS else gpu.bus + ': '}State {gpu.state or '?'}, Status {gpu.status or '?'}"
+        for gpu in bad[:4]
+    )
+    tail = (
+        "; Fabric Manager is still training it (normal for a few minutes after boot)"
+        if pending
+        else "; until it completes, CUDA refuses work across GPUs (cudaErrorSystemNotReady)"
+    )
+    return finding(
+        ctx,
+        CHECK,
+        Tag.WARN if pending else Tag.FAIL,
+        f"The NVLink fabric is not ready on {len(bad)} of {total} GPU(s){gpus}: {states}{tail}",
+        priority=Priority.P1 if pending else Priority.P0,
+        section="G.1.c",
+        evidence=trim_evidence([line for gpu in bad for line in gpu.lines], 8),
+        root_cause=_CAUSE,
+        suggested_commands=list(_COMMANDS),
+        node_action=None if pending else "investigate",
+    )
+
+
+def _fabric_unhealthy(ctx: ProbeContext, unhealthy: list[_GpuFabric]) -> Finding:
+    gpus = ", ".join(gpu.bus for gpu in unhealthy if gpu.bus != UNKNOWN_BUS) or "the GPU read"
+    return finding(
+        ctx,
+        CHECK,
+        Tag.WARN,
+        f"The NVLink fabric is up (Completed/Success) but its health summary is not Healthy on {gpus} "
+        f"({', '.join(sorted({gpu.health for gpu in unhealthy if gpu.health is not None}))}): NVLink may run "
+        "degraded",
+        priority=Priority.P1,
+        section="G.1.c",
+        evidence=trim_evidence([line for gpu in unhealthy for line in gpu.lines], 8),
+        root_cause=_CAUSE,
+        suggested_commands=list(_COMMANDS),
+    )
 
 
 CHECKS: tuple[Check, ...] = (

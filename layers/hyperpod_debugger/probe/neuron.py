@@ -19,8 +19,8 @@ from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, Sugges
 from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
 from hyperpod_debugger.probe.catalog import InstanceSpec, spec_for
-from hyperpod_debugger.probe.document import TRUNCATION_MARKER, ProbeDocument
-from hyperpod_debugger.probe.kernel import unread
+from hyperpod_debugger.probe.document import TRUNCATION_MARKER, ProbeDocument, ProbeItem
+from hyperpod_debugger.probe.kernel_evidence import unread
 from hyperpod_debugger.probe.parse.klog import PREVIOUS_BOOT, THIS_BOOT, KernelLine, Recent, recent, stamp, window_label
 from hyperpod_debugger.remediation.suggest import read_only
 
@@ -69,7 +69,6 @@ _ELIDED = re.compile(r"^\s*\.\.\.\s*$", re.MULTILINE)
 _JSON_DEVICE = re.compile(r'"neuron_device"\s*:\s*(\d+)')
 _JSON_CORES = re.compile(r'"nc_count"\s*:\s*(\d+)')
 _LNC = re.compile(r"^logical-neuroncore-config:\s*(\d+)", re.MULTILINE)
-_NO_DEVICES = re.compile(r"no neuron devices? (?:found|detected|available)", re.IGNORECASE)
 
 
 def _int(value: object) -> int | None:
@@ -214,51 +213,13 @@ def check_neuron_devices(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]
     spec = _neuron_spec(ctx)
     found = doc.item("neuron_ls")
     if found is not None and found.missing_tool and spec is not None:
-        return [
-            finding(
-                ctx,
-                CHECK_DEVICES,
-                Tag.FAIL,
-                f"neuron-ls is not installed on this {ctx.instance_type}: the Neuron SDK tools (and likely the "
-                "Neuron driver) are missing, so no workload can use the Neuron devices",
-                priority=Priority.P0,
-                section="G.2",
-                evidence=(found.stderr.strip() or found.stdout.strip()).splitlines()[:3]
-                or [f"neuron_ls exit {found.exit_code}"],
-                root_cause=(
-                    "The node was not built from a Neuron-enabled image, or its lifecycle script did not install "
-                    "aws-neuronx-dkms / aws-neuronx-tools. Fix the image or lifecycle script and replace the node; "
-                    "do not load kernel modules by hand on a live node."
-                ),
-                suggested_commands=[_LSMOD],
-                node_action="investigate",
-            )
-        ]
+        return [_tools_missing(ctx, found)]
     raw = item(doc, "neuron_ls", what="Neuron devices (neuron-ls)")
     parsed = doc.parsed("neuron:ls", lambda: parse_neuron_ls(raw.stdout))
     first_lines = raw.stdout.strip().splitlines()[:5]
-    said = _NO_DEVICES.search(f"{raw.stdout}\n{raw.stderr}")
+    said = _driver_gave_nothing(raw)
     if said is not None and spec is not None and (parsed is None or parsed.device_count == 0):
-        line = next((ln.strip() for ln in f"{raw.stdout}\n{raw.stderr}".splitlines() if said.group(0) in ln), "")
-        return [
-            finding(
-                ctx,
-                CHECK_DEVICES,
-                Tag.FAIL,
-                f"neuron-ls cannot see any Neuron device on this {ctx.instance_type} (expected "
-                f"{spec.neuron_devices}): the Neuron driver is not loaded or not accessible",
-                priority=Priority.P0,
-                section="G.2",
-                evidence=[line[:300]] if line else first_lines,
-                root_cause=(
-                    "neuron-ls read nothing from the Neuron driver: aws-neuronx-dkms is missing, did not build for "
-                    "the running kernel, or its device files are not visible (for a container: not mounted). Fix "
-                    "the image or lifecycle script; do not load kernel modules by hand on a live node."
-                ),
-                suggested_commands=[_LSMOD, _NEURON_LS],
-                node_action="investigate",
-            )
-        ]
+        return [_no_device_seen(ctx, spec, [said[:300]] if said else first_lines)]
     if parsed is None:
         return [
             finding(
@@ -272,64 +233,95 @@ def check_neuron_devices(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]
                 suggested_commands=[_NEURON_LS],
             )
         ]
-    devices, cores = parsed.device_count, parsed.core_count
-    described = f"{devices} Neuron device(s)" + (f", {cores} NeuronCores" if cores is not None else "")
-    if parsed.logical_nc_config is not None:
-        described += f" (logical NeuronCore config {parsed.logical_nc_config})"
-    notes = [] if parsed.complete else ["(neuron-ls output elided or truncated: not every device is listed)"]
     if spec is None:
         return [
             finding(
                 ctx,
                 CHECK_DEVICES,
                 Tag.INFO,
-                f"neuron-ls shows {described}; no expectation for {ctx.instance_type}",
+                f"neuron-ls shows {_described(parsed)}; no expectation for {ctx.instance_type}",
                 section="G.2",
-                evidence=notes,
+                evidence=_partial_note(parsed),
             )
         ]
+    return [_count_verdict(ctx, spec, parsed, first_lines)]
+
+
+def _tools_missing(ctx: ProbeContext, found: ProbeItem) -> Finding:
+    return finding(
+        ctx,
+        CHECK_DEVICES,
+        Tag.FAIL,
+        f"neuron-ls is not installed on this {ctx.instance_type}: the Neuron SDK tools (and likely the "
+        "Neuron driver) are missing, so no workload can use the Neuron devices",
+        priority=Priority.P0,
+        section="G.2",
+        evidence=(found.stderr.strip() or found.stdout.strip()).splitlines()[:3]
+        or [f"neuron_ls exit {found.exit_code}"],
+        root_cause=(
+            "The node was not built from a Neuron-enabled image, or its lifecycle script did not install "
+            "aws-neuronx-dkms / aws-neuronx-tools. Fix the image or lifecycle script and replace the node; "
+            "do not load kernel modules by hand on a live node."
+        ),
+        suggested_commands=[_LSMOD],
+        node_action="investigate",
+    )
+
+
+def _driver_gave_nothing(raw: ProbeItem) -> str | None:
+    """The line where neuron-ls says the driver gave it no device ("" when no one line holds the words), or
+    None when it does not say so."""
+    output = f"{raw.stdout}\n{raw.stderr}"
+    said = _NO_DEVICES.search(output)
+    if said is None:
+        return None
+    return next((ln.strip() for ln in output.splitlines() if said.group(0) in ln), "")
+
+
+def _no_device_seen(ctx: ProbeContext, spec: InstanceSpec, evidence: list[str]) -> Finding:
+    return finding(
+        ctx,
+        CHECK_DEVICES,
+        Tag.FAIL,
+        f"neuron-ls cannot see any Neuron device on this {ctx.instance_type} (expected "
+        f"{spec.neuron_devices}): the Neuron driver is not loaded or not accessible",
+        priority=Priority.P0,
+        section="G.2",
+        evidence=evidence,
+        root_cause=(
+            "neuron-ls read nothing from the Neuron driver: aws-neuronx-dkms is missing, did not build for "
+            "the running kernel, or its device files are not visible (for a container: not mounted). Fix "
+            "the image or lifecycle script; do not load kernel modules by hand on a live node."
+        ),
+        suggested_commands=[_LSMOD, _NEURON_LS],
+        node_action="investigate",
+    )
+
+
+def _described(parsed: NeuronLs) -> str:
+    """What neuron-ls shows, in words: devices, cores where known, the logical NeuronCore config."""
+    cores = parsed.core_count
+    described = f"{parsed.device_count} Neuron device(s)" + (f", {cores} NeuronCores" if cores is not None else "")
+    if parsed.logical_nc_config is not None:
+        described += f" (logical NeuronCore config {parsed.logical_nc_config})"
+    return described
+
+
+def _partial_note(parsed: NeuronLs) -> list[str]:
+    return [] if parsed.complete else ["(neuron-ls output elided or truncated: not every device is listed)"]
+
+
+def _count_verdict(ctx: ProbeContext, spec: InstanceSpec, parsed: NeuronLs, first_lines: list[str]) -> Finding:
+    """The devices and cores seen against the type's: PASS, FAIL when fewer, UNKNOWN when fewer but the output
+    was partial (a cut list proves nothing)."""
+    devices, cores = parsed.device_count, parsed.core_count
+    described, notes = _described(parsed), _partial_note(parsed)
     expected_devices = spec.neuron_devices or 0
     expected_cores = spec.neuron_cores
     short_devices = devices < expected_devices
     short_cores = expected_cores is not None and cores is not None and cores < expected_cores
-    if (short_devices or short_cores) and not parsed.complete:
-        return [
-            finding(
-                ctx,
-                CHECK_DEVICES,
-                Tag.UNKNOWN,
-                f"neuron-ls output is partial: it lists {described} of the {expected_devices} expected on "
-                f"{ctx.instance_type}; the real count cannot be confirmed",
-                priority=Priority.P1,
-                section="G.2",
-                evidence=notes,
-                suggested_commands=[_NEURON_LS],
-            )
-        ]
-    if short_devices or short_cores:
-        want = f"{expected_devices} devices" + (f" / {expected_cores} cores" if expected_cores else "")
-        zero = devices == 0
-        return [
-            finding(
-                ctx,
-                CHECK_DEVICES,
-                Tag.FAIL,
-                f"Only {described} visible on this {ctx.instance_type} (expected {want})"
-                + ("; the Neuron driver may not be loaded" if zero else ""),
-                priority=Priority.P0,
-                section="G.2",
-                evidence=trim_evidence(list(parsed.rows) or first_lines, 20) + notes,
-                root_cause=(
-                    "Neuron devices or cores are missing: a device that failed, a driver that did not bind it, or a "
-                    "partial detection at boot. HyperPod's health agent reboots on this mismatch; if the count is "
-                    "still low after the reboot, replace the node."
-                ),
-                suggested_commands=[_NEURON_LS, _LSMOD],
-                node_action="reboot",
-            )
-        ]
-    return [
-        finding(
+    if not (short_devices or short_cores):
+        return finding(
             ctx,
             CHECK_DEVICES,
             Tag.PASS,
@@ -337,7 +329,36 @@ def check_neuron_devices(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]
             section="G.2",
             evidence=notes,
         )
-    ]
+    if not parsed.complete:
+        return finding(
+            ctx,
+            CHECK_DEVICES,
+            Tag.UNKNOWN,
+            f"neuron-ls output is partial: it lists {described} of the {expected_devices} expected on "
+            f"{ctx.instance_type}; the real count cannot be confirmed",
+            priority=Priority.P1,
+            section="G.2",
+            evidence=notes,
+            suggested_commands=[_NEURON_LS],
+        )
+    want = f"{expected_devices} devices" + (f" / {expected_cores} cores" if expected_cores else "")
+    return finding(
+        ctx,
+        CHECK_DEVICES,
+        Tag.FAIL,
+        f"Only {described} visible on this {ctx.instance_type} (expected {want})"
+        + ("; the Neuron driver may not be loaded" if devices == 0 else ""),
+        priority=Priority.P0,
+        section="G.2",
+        evidence=trim_evidence(list(parsed.rows) or first_lines, 20) + notes,
+        root_cause=(
+            "Neuron devices or cores are missing: a device that failed, a driver that did not bind it, or a "
+            "partial detection at boot. HyperPod's health agent reboots on this mismatch; if the count is "
+            "still low after the reboot, replace the node."
+        ),
+        suggested_commands=[_NEURON_LS, _LSMOD],
+        node_action="reboot",
+    )
 
 
 # --------------------------------------------------------------------------- probe.neuron_runtime

@@ -264,54 +264,56 @@ def _nvme_findings(
                 + ", so instance store and EBS cannot be told apart"
             )
         else:
-            out.append(
-                finding(
-                    ctx,
-                    "probe.data_volumes",
-                    Tag.WARN,
-                    f"{ctx.instance_type} ships NVMe instance storage, but lsblk shows no instance-store disk",
-                    priority=Priority.P1,
-                    section="I.2",
-                    evidence=trim_evidence(_note_truncated(blk.item, _lsblk_evidence(blk.item, disks))),
-                    root_cause=(
-                        "The instance-store disks are missing from the OS (device not attached or failed); "
-                        "scratch data falls back to the root volume."
-                    ),
-                    suggested_commands=[
-                        read_only(["lsblk", "-o", "NAME,TYPE,SIZE,MODEL,MOUNTPOINT"], f"List the disks {ON_NODE}"),
-                        read_only(["sudo", "nvme", "list"], f"List NVMe controllers and models {ON_NODE}"),
-                    ],
-                    node_action="investigate",
-                )
-            )
+            out.append(_instance_store_missing(ctx, blk.item, disks))
         return out, not unclear
     if stores and nvme_mounted is False:
-        out.append(
-            finding(
-                ctx,
-                "probe.data_volumes",
-                Tag.WARN,
-                f"{len(stores)} NVMe instance-store disk(s) present but {NVME} is not mounted",
-                priority=Priority.P2,
-                section="I.2",
-                evidence=trim_evidence(_note_truncated(blk.item, _lsblk_evidence(blk.item, stores))),
-                root_cause=(
-                    f"The lifecycle scripts normally assemble the instance store and mount it at {NVME}; "
-                    "without it, scratch and cache data written there lands on the 100 GB root volume."
-                ),
-                suggested_commands=[
-                    read_only(["findmnt", NVME], f"Confirm {NVME} is not mounted {ON_NODE}"),
-                    read_only(
-                        ["lsblk", "-o", "NAME,TYPE,SIZE,MODEL,MOUNTPOINT"], f"See the instance-store disks {ON_NODE}"
-                    ),
-                ],
-                node_action="investigate",
-            )
-        )
+        out.append(_instance_store_unmounted(ctx, blk.item, stores))
     elif stores:
         notes.append(f"NVMe instance store: {len(stores)} disk(s)")
     # without an expectation and without instance-store disks there is nothing to say either way
     return out, bool(stores) or (spec is not None and not unclear)
+
+
+def _instance_store_missing(ctx: ProbeContext, lsblk: ProbeItem | None, disks: list[BlockDevice]) -> Finding:
+    return finding(
+        ctx,
+        "probe.data_volumes",
+        Tag.WARN,
+        f"{ctx.instance_type} ships NVMe instance storage, but lsblk shows no instance-store disk",
+        priority=Priority.P1,
+        section="I.2",
+        evidence=trim_evidence(_note_truncated(lsblk, _lsblk_evidence(lsblk, disks))),
+        root_cause=(
+            "The instance-store disks are missing from the OS (device not attached or failed); "
+            "scratch data falls back to the root volume."
+        ),
+        suggested_commands=[
+            read_only(["lsblk", "-o", "NAME,TYPE,SIZE,MODEL,MOUNTPOINT"], f"List the disks {ON_NODE}"),
+            read_only(["sudo", "nvme", "list"], f"List NVMe controllers and models {ON_NODE}"),
+        ],
+        node_action="investigate",
+    )
+
+
+def _instance_store_unmounted(ctx: ProbeContext, lsblk: ProbeItem | None, stores: list[BlockDevice]) -> Finding:
+    return finding(
+        ctx,
+        "probe.data_volumes",
+        Tag.WARN,
+        f"{len(stores)} NVMe instance-store disk(s) present but {NVME} is not mounted",
+        priority=Priority.P2,
+        section="I.2",
+        evidence=trim_evidence(_note_truncated(lsblk, _lsblk_evidence(lsblk, stores))),
+        root_cause=(
+            f"The lifecycle scripts normally assemble the instance store and mount it at {NVME}; "
+            "without it, scratch and cache data written there lands on the 100 GB root volume."
+        ),
+        suggested_commands=[
+            read_only(["findmnt", NVME], f"Confirm {NVME} is not mounted {ON_NODE}"),
+            read_only(["lsblk", "-o", "NAME,TYPE,SIZE,MODEL,MOUNTPOINT"], f"See the instance-store disks {ON_NODE}"),
+        ],
+        node_action="investigate",
+    )
 
 
 # --------------------------------------------------------------------------------------------

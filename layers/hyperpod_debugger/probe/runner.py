@@ -302,15 +302,43 @@ def probe_cluster(
     if not chosen:
         reason = f"no node to probe: {note}"
         return ProbeRun([], [CheckCoverage(check="probe.session", status=CheckStatus.SKIPPED, reason=reason)], [])
+    targets = _targets(cluster, chosen)
+    runner = runner_factory(clients, cluster.region, options.timeout, options.documents)
+    probes, paced = _run_sessions(clients, targets, runner, options)
+    if options.on_pace is not None:
+        options.on_pace(paced)
+    findings = outcome_findings(probes, cluster_arn=cluster.arn, cluster_name=cluster.name, region=cluster.region)
+    node_findings, node_coverage = _evaluate_documents(probes, cluster, now, controllers, options.window)
+    findings.extend(node_findings)
+    # § E: the probed nodes' software compared per instance group (all documents of this run are here)
+    fleet_versions = [
+        consistency.NodeVersions(p.node.instance_id, p.node.group, versions.parse(p.doc)) for p in probes if p.doc
+    ]
+    skew_findings, skew_coverage = consistency.compare(
+        fleet_versions, cluster, group_sizes=_group_sizes(cluster, nodes, batch=options.batch), partial=options.batch
+    )
+    findings.extend(skew_findings)
+    coverage = [_session_coverage(probes, note, paced), *_per_check_coverage(node_coverage), *skew_coverage]
+    return ProbeRun(findings, coverage, probes, paced, fleet_versions)
+
+
+def _targets(cluster: Cluster, chosen: Sequence[ClusterNode]) -> list[tuple[ClusterNode, str]]:
+    """Each node with its Session Manager target; a node whose target cannot be formed gets an ``(invalid: …)``
+    stand-in, which fails as that node's outcome without reaching SSM."""
     targets: list[tuple[ClusterNode, str]] = []
-    findings: list[Finding] = []
     for node in chosen:
         try:
             targets.append((node, session_target(cluster.arn, node.group, node.instance_id)))
         except TargetError as exc:
             targets.append((node, f"(invalid: {exc})"))
-    runner = runner_factory(clients, cluster.region, options.timeout, options.documents)
+    return targets
 
+
+def _run_sessions(
+    clients: AwsClients, targets: list[tuple[ClusterNode, str]], runner: Runner, options: ProbeOptions
+) -> tuple[list[NodeProbe], PaceReport]:
+    """The probe run on the targets at the paced rate: the probes of the nodes whose session started, and the
+    pace's report (which names the nodes not started before the round closed)."""
     # The pace, not the fleet, closes the round: one clock decides both the spacing and the close.
     clock = options.clock or SYSTEM_CLOCK
     until = None
@@ -336,15 +364,16 @@ def probe_cluster(
 
     # the fleet's own bucket stays at the run's rate: a ceiling the pace only goes below
     probes = asyncio.run(probe_fleet(targets, probe_command(), run, rate=options.rate, concurrency=options.concurrency))
-    probes = [p for p in probes if p.target not in deferred]
     left = [node.instance_id for node, target in targets if target in deferred]
-    paced = pace.report(left)
-    if options.on_pace is not None:
-        options.on_pace(paced)
-    findings.extend(outcome_findings(probes, cluster_arn=cluster.arn, cluster_name=cluster.name, region=cluster.region))
+    return [p for p in probes if p.target not in deferred], pace.report(left)
 
-    per_check: dict[str, Counter[str]] = defaultdict(Counter)
-    reasons: dict[str, str] = {}
+
+def _evaluate_documents(
+    probes: Sequence[NodeProbe], cluster: Cluster, now: datetime, controllers: set[str], window: timedelta
+) -> tuple[list[Finding], list[CheckCoverage]]:
+    """Every evaluator over each probe document: the findings, and each node's coverage entries."""
+    findings: list[Finding] = []
+    coverage: list[CheckCoverage] = []
     for probe in probes:
         if probe.doc is None:
             continue
@@ -353,7 +382,7 @@ def probe_cluster(
             now=now,
             orchestrator=cluster.orchestrator if cluster.orchestrator in ("EKS", "Slurm") else None,
             role=_role(cluster, probe.node, controllers),  # type: ignore[arg-type]
-            window=options.window,
+            window=window,
             instance_id=probe.node.instance_id,
             instance_group=probe.node.group,
             cluster_arn=cluster.arn,
@@ -361,22 +390,22 @@ def probe_cluster(
         )
         node_findings, node_coverage = evaluate(probe.doc, ctx)
         findings.extend(node_findings)
-        for entry in node_coverage:
-            per_check[entry.check][entry.status.value] += 1
-            if entry.reason and entry.check not in reasons:
-                reasons[entry.check] = entry.reason
-    # § E: the probed nodes' software compared per instance group (all documents of this run are here)
-    fleet_versions = [
-        consistency.NodeVersions(p.node.instance_id, p.node.group, versions.parse(p.doc)) for p in probes if p.doc
-    ]
+        coverage.extend(node_coverage)
+    return findings, coverage
+
+
+def _group_sizes(cluster: Cluster, nodes: Sequence[ClusterNode], *, batch: bool) -> dict[str, int]:
+    """The Running nodes of each instance group, against which the software comparison says it saw part."""
     group_sizes = Counter(n.group for n in nodes if n.status in PROBEABLE)
-    if options.batch:  # the batch knows its own nodes only: the group's size is HyperPod's count
+    if batch:  # the batch knows its own nodes only: the group's size is HyperPod's count
         for group in cluster.instance_groups:
             group_sizes[group.name] = max(group_sizes[group.name], group.current_count or 0)
-    skew_findings, skew_coverage = consistency.compare(
-        fleet_versions, cluster, group_sizes=dict(group_sizes), partial=options.batch
-    )
-    findings.extend(skew_findings)
+    return dict(group_sizes)
+
+
+def _session_coverage(probes: Sequence[NodeProbe], note: str, paced: PaceReport) -> CheckCoverage:
+    """The sessions' coverage: which nodes were probed, their outcomes, and the nodes the round left."""
+    left = paced.not_started
     outcomes = Counter(p.outcome for p in probes)
     summary = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "none started"
     if left and paced.yielded:
@@ -387,18 +416,26 @@ def probe_cluster(
         )
     elif left:
         summary += f"; {len(left)} not started before the window closed (they lead the next plan)"
-    coverage = [
-        CheckCoverage(
-            check="probe.session",
-            status=CheckStatus.RAN if outcomes.get("OK") else CheckStatus.UNKNOWN,
-            reason=f"probed {note}: {summary}",
-        )
-    ]
+    return CheckCoverage(
+        check="probe.session",
+        status=CheckStatus.RAN if outcomes.get("OK") else CheckStatus.UNKNOWN,
+        reason=f"probed {note}: {summary}",
+    )
+
+
+def _per_check_coverage(entries: Sequence[CheckCoverage]) -> list[CheckCoverage]:
+    """Each check's coverage across the nodes: on how many it ran, was skipped or unknown, and one reason."""
+    per_check: dict[str, Counter[str]] = defaultdict(Counter)
+    reasons: dict[str, str] = {}
+    for entry in entries:
+        per_check[entry.check][entry.status.value] += 1
+        if entry.reason and entry.check not in reasons:
+            reasons[entry.check] = entry.reason
+    coverage: list[CheckCoverage] = []
     for check, counts in per_check.items():
         ran = counts.get("ran", 0)
         status = CheckStatus.RAN if ran else (CheckStatus.UNKNOWN if counts.get("unknown") else CheckStatus.SKIPPED)
         detail = ", ".join(f"{k} on {v}" for k, v in sorted(counts.items()))
         reason = detail if not reasons.get(check) else f"{detail}; e.g. {reasons[check]}"
         coverage.append(CheckCoverage(check=check, status=status, reason=reason))
-    coverage += skew_coverage
-    return ProbeRun(findings, coverage, probes, paced, fleet_versions)
+    return coverage

@@ -95,36 +95,16 @@ def check_clock(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:
 
 
 def _judge_chrony(ctx: ProbeContext, t: ChronyTracking, found: ProbeItem | None) -> list[Finding]:
+    """chrony's verdict: not synchronised (FAIL); else its source and offset problems; else a PASS."""
     evidence = _truncated(found, [t.lines[k] for k in _EVIDENCE_KEYS if k in t.lines])
-    if t.synchronised is False:
-        no_source = " and has no reference source" if t.no_source else ""
+    unsynced = _not_synchronised(t)
+    if unsynced is not None:
         return [
             finding(
                 ctx,
                 CHECK,
                 Tag.FAIL,
-                f"Clock is not synchronised: chrony reports Leap status '{t.leap_status}'{no_source}",
-                priority=Priority.P1,
-                section="I.5",
-                evidence=evidence,
-                root_cause=ROOT_CAUSE_UNSYNCED,
-                suggested_commands=_commands(),
-                node_action="investigate",
-            )
-        ]
-    if t.local_clock:
-        # chronyc(1), "tracking": Reference ID 127.127.1.1 (7F7F0101) means no external source, only the
-        # `local` directive serving the node's own clock; its Leap status stays Normal and its offset near
-        # zero because it is measured against itself. Not synchronised, whatever the offset says.
-        stratum = f", stratum {t.stratum}" if t.stratum is not None else ""
-        return [
-            finding(
-                ctx,
-                CHECK,
-                Tag.FAIL,
-                f"Clock is not synchronised: chrony follows only this node's own clock (Reference ID "
-                f"{t.ref_id or t.ref_name}{stratum}, its `local` mode), so the offset it shows is measured against "
-                "itself; no time source such as the Amazon Time Sync Service (169.254.169.123) is in use",
+                unsynced,
                 priority=Priority.P1,
                 section="I.5",
                 evidence=evidence,
@@ -150,26 +130,7 @@ def _judge_chrony(ctx: ProbeContext, t: ChronyTracking, found: ProbeItem | None)
         )
     offset = t.offset_s
     if offset is not None and abs(offset) >= OFFSET_WARN_S:
-        severe = abs(offset) >= OFFSET_FAIL_S
-        direction = "ahead of" if offset > 0 else "behind"
-        out.append(
-            finding(
-                ctx,
-                CHECK,
-                Tag.FAIL if severe else Tag.WARN,
-                f"System clock is {abs(offset):.3f} s {direction} NTP time "
-                f"(threshold {OFFSET_FAIL_S if severe else OFFSET_WARN_S:g} s)",
-                priority=Priority.P1 if severe else Priority.P2,
-                section="I.5",
-                evidence=evidence,
-                root_cause=(
-                    "chrony is correcting a large offset (after a long pause, a clock step or a poor source); "
-                    "until it converges, timestamps, Slurm accounting and credential lifetimes on this node are off."
-                ),
-                suggested_commands=_commands(),
-                node_action="investigate" if severe else None,
-            )
-        )
+        out.append(_offset_finding(ctx, offset, evidence))
     if out:
         return out
     source = f" to {t.ref_name}" if t.ref_name else ""
@@ -184,6 +145,46 @@ def _judge_chrony(ctx: ProbeContext, t: ChronyTracking, found: ProbeItem | None)
             evidence=evidence,
         )
     ]
+
+
+def _not_synchronised(t: ChronyTracking) -> str | None:
+    """Why chrony's clock is not synchronised, as the finding's message; None when it is."""
+    if t.synchronised is False:
+        no_source = " and has no reference source" if t.no_source else ""
+        return f"Clock is not synchronised: chrony reports Leap status '{t.leap_status}'{no_source}"
+    if t.local_clock:
+        # chronyc(1), "tracking": Reference ID 127.127.1.1 (7F7F0101) means no external source, only the
+        # `local` directive serving the node's own clock; its Leap status stays Normal and its offset near
+        # zero because it is measured against itself. Not synchronised, whatever the offset says.
+        stratum = f", stratum {t.stratum}" if t.stratum is not None else ""
+        return (
+            f"Clock is not synchronised: chrony follows only this node's own clock (Reference ID "
+            f"{t.ref_id or t.ref_name}{stratum}, its `local` mode), so the offset it shows is measured against "
+            "itself; no time source such as the Amazon Time Sync Service (169.254.169.123) is in use"
+        )
+    return None
+
+
+def _offset_finding(ctx: ProbeContext, offset: float, evidence: list[str]) -> Finding:
+    """An offset at or above :data:`OFFSET_WARN_S`: a WARN, a FAIL from :data:`OFFSET_FAIL_S`."""
+    severe = abs(offset) >= OFFSET_FAIL_S
+    direction = "ahead of" if offset > 0 else "behind"
+    return finding(
+        ctx,
+        CHECK,
+        Tag.FAIL if severe else Tag.WARN,
+        f"System clock is {abs(offset):.3f} s {direction} NTP time "
+        f"(threshold {OFFSET_FAIL_S if severe else OFFSET_WARN_S:g} s)",
+        priority=Priority.P1 if severe else Priority.P2,
+        section="I.5",
+        evidence=evidence,
+        root_cause=(
+            "chrony is correcting a large offset (after a long pause, a clock step or a poor source); "
+            "until it converges, timestamps, Slurm accounting and credential lifetimes on this node are off."
+        ),
+        suggested_commands=_commands(),
+        node_action="investigate" if severe else None,
+    )
 
 
 def _judge_timedatectl(ctx: ProbeContext, td: TimeDate, found: ProbeItem | None, chrony_note: str) -> Finding:

@@ -99,10 +99,6 @@ def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.findall(r"\d+|[A-Za-z]+", version))
 
 
-def newer(a: str, b: str) -> str:
-    return a if version_key(a) >= version_key(b) else b
-
-
 def _first(pattern: str, text: str, flags: int = 0) -> str | None:
     m = re.search(pattern, text, flags)
     return m.group(1) if m else None
@@ -159,121 +155,97 @@ def _nvidia_q(doc: ProbeDocument) -> tuple[str | None, str | None, str | None]:
     return driver, cuda, None if (driver or cuda) else "nvidia-smi -q printed no version"
 
 
+#: component → (version pattern, where the version is read, regex flags), for the parts of the item named
+#: after their component whose version one pattern finds
+_ONE_PATTERN: dict[str, tuple[str, str, int]] = {
+    "kernel": (r"^(\d[^\s]*)$", "uname -r", re.M),
+    "nvidia_driver": (
+        r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)\b",
+        "/proc/driver/nvidia/version",
+        0,
+    ),
+    "efa_installer": (r"^#\s*EFA installer version:\s*(\d[\w.]*)", "/opt/amazon/efa_installed_packages", re.M),
+    "libfabric": (r"^libfabric:\s*(\d[\w.~-]*)", "fi_info --version", re.M),
+    "neuron_driver": (r"^(\d[\w.]*)", "/sys/module/neuron/version", re.M),
+}
+#: components read from the ``software_versions`` item (the others come from items of their own)
+_FROM_ITEM = (*_ONE_PATTERN, "cuda_toolkit", "aws_ofi_nccl", "nccl", "neuron_runtime")
+
+
 def parse(doc: ProbeDocument) -> SoftwareVersions:
     """Every component's reading from one node's document."""
     item = doc.item(ITEM)
     reason = _item_reason(item, ITEM)
-    text = parts(item.stdout) if item is not None and reason is None else {}
-    cut = bool(item and item.truncated)
-    r: dict[str, Reading] = {}
-
-    def part(name: str) -> str | None:
-        if reason:
-            return None
-        return text.get(name)
-
-    def unread_item() -> Reading:
-        return Reading("unread", detail=reason or "")
-
-    r["kernel"] = (
-        unread_item() if reason else _from_part(part("kernel"), r"^(\d[^\s]*)$", "uname -r", flags=re.M, truncated=cut)
-    )
-
+    if item is not None and reason is None:
+        readings = _read_item(parts(item.stdout), cut=item.truncated)
+    else:
+        readings = {component: Reading("unread", detail=reason or "") for component in _FROM_ITEM}
     q_driver, q_cuda, q_why = _nvidia_q(doc)
-    driver = (
-        unread_item()
-        if reason
-        else _from_part(
-            part("nvidia_driver"),
-            r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)\b",
-            "/proc/driver/nvidia/version",
-            truncated=cut,
-        )
+    if readings["nvidia_driver"].state != "read" and q_driver:
+        readings["nvidia_driver"] = Reading("read", q_driver, "nvidia-smi -q")
+    readings["cuda_driver"] = _cuda_driver(doc, q_cuda, q_why)
+    readings["efa_driver"] = _efa_driver(doc)
+    readings["efa_provider"] = _efa_provider(doc)
+    return SoftwareVersions({component: readings[component] for component in COMPONENTS})
+
+
+def _read_item(text: dict[str, str], *, cut: bool) -> dict[str, Reading]:
+    """The readings of the ``software_versions`` item's parts; ``cut``: the item's output was truncated."""
+    readings = {
+        component: _from_part(text.get(component), pattern, where, flags=flags, truncated=cut)
+        for component, (pattern, where, flags) in _ONE_PATTERN.items()
+    }
+    cuda = text.get("cuda")
+    where = _first(r"^file (\S+)", cuda or "", re.M) or "/usr/local/cuda/version.json"
+    readings["cuda_toolkit"] = _from_part(
+        cuda,
+        r'"cuda"\s*:\s*\{[^}]*?"version"\s*:\s*"(\d[^"]*)"|CUDA Version (\d[\w.]*)',
+        where,
+        flags=re.S,
+        truncated=cut,
     )
-    if driver.state != "read" and q_driver:
-        driver = Reading("read", q_driver, "nvidia-smi -q")
-    r["nvidia_driver"] = driver
+    readings["aws_ofi_nccl"] = _aws_ofi_nccl(text.get("aws_ofi_nccl"), cut=cut)
+    readings["nccl"] = _names(text.get("nccl"), r"libnccl\.so\.(2\.\d+\.\d+)", "libnccl.so.2.*", truncated=cut)
+    readings["neuron_runtime"] = _names(
+        text.get("neuron_runtime"), r"libnrt\.so\.(\d+\.\d+\.\d+[\d.]*)", "libnrt.so.*", truncated=cut
+    )
+    return readings
+
+
+def _aws_ofi_nccl(ofi: str | None, *, cut: bool) -> Reading:
+    where = _first(r"^path (\S+)", ofi or "", re.M) or "/opt/amazon/ofi-nccl"
+    reading = _from_part(ofi, r"aws-ofi-nccl\s+(\d[\w.-]*)", where, truncated=cut)
+    if reading.state == "unread" and ofi and "(not read: exit 1)" in ofi:
+        return Reading("unread", detail=f"{where} carries no version string")
+    return reading
+
+
+def _cuda_driver(doc: ProbeDocument, q_cuda: str | None, q_why: str | None) -> Reading:
+    """The newest CUDA the driver supports, from ``nvidia-smi -q``."""
     if q_cuda:
-        r["cuda_driver"] = Reading("read", q_cuda, "nvidia-smi -q")
-    else:
-        smi = doc.item("nvidia_smi_q")
-        no_smi = smi is not None and smi.missing_tool
-        r["cuda_driver"] = (
-            Reading("absent", detail="nvidia-smi is not on the node")
-            if no_smi
-            else Reading("unread", detail=q_why or "no CUDA Version line")
-        )
+        return Reading("read", q_cuda, "nvidia-smi -q")
+    smi = doc.item("nvidia_smi_q")
+    if smi is not None and smi.missing_tool:
+        return Reading("absent", detail="nvidia-smi is not on the node")
+    return Reading("unread", detail=q_why or "no CUDA Version line")
 
-    cuda = part("cuda")
-    if reason:
-        r["cuda_toolkit"] = unread_item()
-    else:
-        where = _first(r"^file (\S+)", cuda or "", re.M) or "/usr/local/cuda/version.json"
-        r["cuda_toolkit"] = _from_part(
-            cuda,
-            r'"cuda"\s*:\s*\{[^}]*?"version"\s*:\s*"(\d[^"]*)"|CUDA Version (\d[\w.]*)',
-            where,
-            flags=re.S,
-            truncated=cut,
-        )
 
-    r["efa_installer"] = (
-        unread_item()
-        if reason
-        else _from_part(
-            part("efa_installer"),
-            r"^#\s*EFA installer version:\s*(\d[\w.]*)",
-            "/opt/amazon/efa_installed_packages",
-            flags=re.M,
-            truncated=cut,
-        )
-    )
+def _efa_driver(doc: ProbeDocument) -> Reading:
     module = doc.item("efa_module")
     module_why = _item_reason(module, "efa_module")
     if module is not None and module_why is None and module.exit_code == 0 and module.stdout.strip():
-        r["efa_driver"] = Reading("read", module.stdout.strip().split()[0], "/sys/module/efa/version")
-    elif module is not None and module_why is None:
-        r["efa_driver"] = Reading("absent", detail="no /sys/module/efa/version (the efa module is not loaded)")
-    else:
-        r["efa_driver"] = Reading("unread", detail=module_why or "")
-    r["libfabric"] = (
-        unread_item()
-        if reason
-        else _from_part(
-            part("libfabric"), r"^libfabric:\s*(\d[\w.~-]*)", "fi_info --version", flags=re.M, truncated=cut
-        )
-    )
+        return Reading("read", module.stdout.strip().split()[0], "/sys/module/efa/version")
+    if module is not None and module_why is None:
+        return Reading("absent", detail="no /sys/module/efa/version (the efa module is not loaded)")
+    return Reading("unread", detail=module_why or "")
+
+
+def _efa_provider(doc: ProbeDocument) -> Reading:
     fi = doc.item("fi_info_efa")
     fi_why = _item_reason(fi, "fi_info_efa")
     provider = _first(r"provider:\s*efa\b.*?^\s*version:\s*(\d[\w.]*)", fi.stdout, re.M | re.S) if fi else None
     if provider:
-        r["efa_provider"] = Reading("read", provider, "fi_info -p efa")
-    elif fi is not None and fi_why is None:
-        r["efa_provider"] = Reading("absent", detail="fi_info lists no efa provider")
-    else:
-        r["efa_provider"] = Reading("unread", detail=fi_why or "")
-
-    ofi = part("aws_ofi_nccl")
-    if reason:
-        r["aws_ofi_nccl"] = unread_item()
-    else:
-        where = _first(r"^path (\S+)", ofi or "", re.M) or "/opt/amazon/ofi-nccl"
-        r["aws_ofi_nccl"] = _from_part(ofi, r"aws-ofi-nccl\s+(\d[\w.-]*)", where, truncated=cut)
-        if r["aws_ofi_nccl"].state == "unread" and ofi and "(not read: exit 1)" in ofi:
-            r["aws_ofi_nccl"] = Reading("unread", detail=f"{where} carries no version string")
-    r["nccl"] = (
-        unread_item()
-        if reason
-        else _names(part("nccl"), r"libnccl\.so\.(2\.\d+\.\d+)", "libnccl.so.2.*", truncated=cut)
-    )
-    r["neuron_driver"] = (
-        unread_item()
-        if reason
-        else _from_part(part("neuron_driver"), r"^(\d[\w.]*)", "/sys/module/neuron/version", flags=re.M, truncated=cut)
-    )
-    r["neuron_runtime"] = (
-        unread_item()
-        if reason
-        else _names(part("neuron_runtime"), r"libnrt\.so\.(\d+\.\d+\.\d+[\d.]*)", "libnrt.so.*", truncated=cut)
-    )
-    return SoftwareVersions(r)
+        return Reading("read", provider, "fi_info -p efa")
+    if fi is not None and fi_why is None:
+        return Reading("absent", detail="fi_info lists no efa provider")
+    return Reading("unread", detail=fi_why or "")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from hyperpod_debugger.checks.base import CheckContext
-from hyperpod_debugger.checks.kubernetes import pending_recovery
+from hyperpod_debugger.checks.k8s_nodes import pending_recovery
 from hyperpod_debugger.checks.logs import hma_detections
 from hyperpod_debugger.domain import occupancy as occ
 from hyperpod_debugger.domain.model import STEP_ORDER, Finding, NodeVerdict, SuggestedCommand, Tag

@@ -232,8 +232,23 @@ def _cell(text: str | None) -> str:
 
 
 def render_markdown(case: SupportCase) -> str:
+    """The draft as a person reads and pastes it: the environment, what is wrong, what was tried, HyperPod's
+    events, the finding history, Support's checklist and what the draft could not read."""
+    sections = (
+        _environment,
+        _what_is_wrong,
+        _what_was_tried,
+        _hyperpod_events,
+        _finding_history,
+        _what_support_asks,
+        _not_in_draft,
+    )
+    return "\n".join(line for section in sections for line in section(case))
+
+
+def _environment(case: SupportCase) -> list[str]:
     eks = f" (EKS cluster `{case.eks_cluster_arn}`)" if case.eks_cluster_arn else ""
-    out = [
+    return [
         f"# Draft AWS Support case: {_cell(case.instance_id)} in {_cell(case.cluster_name)}",
         "",
         "> Drafted by `hyperpod-debugger support-case` from the findings table and HyperPod's own events. "
@@ -256,8 +271,12 @@ def render_markdown(case: SupportCase) -> str:
         f"| Drafted | {case.generated_at} (looking back {case.window_days} days) |",
         "",
     ]
+
+
+def _what_is_wrong(case: SupportCase) -> list[str]:
+    """Each open finding with its evidence verbatim, then the resolved ones in one line each."""
     open_ones = [f for f in case.findings if f.state != "RESOLVED"]
-    out += ["## What is wrong", ""]
+    out = ["## What is wrong", ""]
     if not open_ones:
         out += ["No open finding for this node in the findings table.", ""]
     for f in open_ones:
@@ -278,7 +297,11 @@ def render_markdown(case: SupportCase) -> str:
             f"- {f.first_seen} … {f.last_seen}: {f.priority or '--'} {_cell(f.message)} (`{f.check}`)" for f in resolved
         ]
         out += [""]
-    out += ["## What was already tried", ""]
+    return out
+
+
+def _what_was_tried(case: SupportCase) -> list[str]:
+    out = ["## What was already tried", ""]
     if case.attempts:
         for a in case.attempts:
             out.append(f"- {a.at}: **{a.kind}** — {_cell(a.description)} (event `{a.event_id}`)")
@@ -287,8 +310,11 @@ def render_markdown(case: SupportCase) -> str:
         out += ["", f"{reboots} reboot(s) and {replacements} replacement(s) in the last {case.window_days} days."]
     else:
         out.append("No reboot or replacement among HyperPod's events for this node in the window.")
-    out += [""]
-    out += ["## HyperPod's events for this node (newest first)", ""]
+    return [*out, ""]
+
+
+def _hyperpod_events(case: SupportCase) -> list[str]:
+    out = ["## HyperPod's events for this node (newest first)", ""]
     if case.events:
         out += ["| Time (UTC) | Level | Description | Event id |", "|---|---|---|---|"]
         for e in case.events:
@@ -297,19 +323,31 @@ def render_markdown(case: SupportCase) -> str:
             out.append(f"| {e.at} | {e.level or ''} | {text} | `{e.event_id}` |")
     else:
         out.append("None read (see below if they could not be).")
-    out += [""]
-    if case.history:
-        out += ["## Finding history (newest first)", ""]
-        out += [
+    return [*out, ""]
+
+
+def _finding_history(case: SupportCase) -> list[str]:
+    if not case.history:
+        return []
+    return [
+        "## Finding history (newest first)",
+        "",
+        *(
             f"- {h['at']}: {h['transition']} {h['priority'] or '--'} {_cell(h['message'])} (`{h['check']}`)"
             for h in case.history
-        ]
-        out += [""]
-    out += ["## What Support asks for", ""]
+        ),
+        "",
+    ]
+
+
+def _what_support_asks(case: SupportCase) -> list[str]:
+    """Support's checklist, each item marked when the draft holds it, and the command for the report to attach."""
+    out = ["## What Support asks for", ""]
     for entry in case.checklist:
         mark = "x" if entry["in_draft"] else " "
         out.append(f"- [{mark}] {entry['item']}")
-    out += [
+    return [
+        *out,
         "",
         "Attach the node-scoped report (read-only; it changes nothing):",
         "",
@@ -319,8 +357,9 @@ def render_markdown(case: SupportCase) -> str:
         "```",
         "",
     ]
-    if case.gaps:
-        out += ["## Not in this draft", ""]
-        out += [f"- {_cell(gap)}" for gap in case.gaps]
-        out += [""]
-    return "\n".join(out)
+
+
+def _not_in_draft(case: SupportCase) -> list[str]:
+    if not case.gaps:
+        return []
+    return ["## Not in this draft", "", *(f"- {_cell(gap)}" for gap in case.gaps), ""]

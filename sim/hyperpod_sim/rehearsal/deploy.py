@@ -342,7 +342,7 @@ def _function(d: Deployer, logical: str, p: dict[str, Any]) -> Created:
 
 
 def _permission(d: Deployer, logical: str, p: dict[str, Any]) -> Created:
-    args = {k: p[k] for k in ("Action", "FunctionName", "Principal") if k in p}
+    args: dict[str, Any] = {k: p[k] for k in ("Action", "FunctionName", "Principal") if k in p}
     args.update({k: p[k] for k in ("SourceArn", "SourceAccount") if k in p})
     d.client("lambda").add_permission(StatementId=logical, **args)
     return logical, {}

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from moto.core.common_types import TYPE_RESPONSE
 from moto.core.exceptions import JsonRESTError
 from moto.core.responses import BaseResponse
 
@@ -55,7 +56,7 @@ class _ThrottlingException(JsonRESTError):
 _ORIGINAL = BaseResponse.call_action
 
 
-def _call_action(self: BaseResponse) -> object:
+def _call_action(self: BaseResponse) -> TYPE_RESPONSE:
     action_name = self._get_action()
     for active in list(_ACTIVE):
         if self.service_name == active.service and action_name == active.action and active.take():

@@ -385,8 +385,11 @@ class LambdaService:
         original = LambdaBackend.invoke
         service = self
 
-        def invoke(backend: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: Any):
-            backend.get_function(function_name, qualifier)  # ResourceNotFound as on AWS
+        # LambdaBackend's method from here on, so its first parameter is that backend's ``self``
+        def invoke(
+            self: LambdaBackend, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: Any
+        ) -> bytes:
+            self.get_function(function_name, qualifier)  # ResourceNotFound as on AWS
             event = json.loads(body) if body else {}
             kind = (headers or {}).get("X-Amz-Invocation-Type") or "RequestResponse"
             record = service.invoke(function_name, event, invocation_type=kind)

@@ -39,7 +39,8 @@ def _filters(props: dict[str, Any]) -> list[EventPattern]:
 
 
 def _matches(filters: list[EventPattern], record: dict[str, Any]) -> bool:
-    return not filters or any(f.matches_event(record) for f in filters)
+    # moto hints matches_event with its EventBridge TypedDict; the matcher takes any JSON object
+    return not filters or any(f.matches_event(record) for f in filters)  # type: ignore[arg-type]
 
 
 def _reported(payload: Any) -> list[str] | None:
@@ -50,7 +51,8 @@ def _reported(payload: Any) -> list[str] | None:
     if not isinstance(failures, list):
         return None
     ids = [f.get("itemIdentifier") if isinstance(f, dict) else None for f in failures]
-    return None if any(not isinstance(i, str) or not i for i in ids) else ids
+    named = [i for i in ids if isinstance(i, str) and i]
+    return named if len(named) == len(ids) else None
 
 
 @dataclass

@@ -231,7 +231,7 @@ def _sfn_executes(port: int) -> Iterator[None]:
     """moto's Step Functions runs the definitions (its ASL interpreter) and reaches this moto server."""
     from moto.core.config import default_user_config
 
-    saved_config = dict(default_user_config.get("stepfunctions", {}))
+    saved_config = default_user_config.get("stepfunctions", {}).copy()
     saved_port = os.environ.get("MOTO_PORT")
     default_user_config.setdefault("stepfunctions", {})["execute_state_machine"] = True
     os.environ["MOTO_PORT"] = str(port)

@@ -127,8 +127,8 @@ class Resolver:
 
     def resolve(self, value: Any, where: str = "") -> Any:
         if isinstance(value, list):
-            out = [self.resolve(v, f"{where}[{i}]") for i, v in enumerate(value)]
-            return [v for v in out if v is not _DROP]
+            items = [self.resolve(v, f"{where}[{i}]") for i, v in enumerate(value)]
+            return [v for v in items if v is not _DROP]
         if not isinstance(value, dict):
             return value
         if len(value) == 1:

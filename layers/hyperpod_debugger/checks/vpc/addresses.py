@@ -16,7 +16,7 @@ from hyperpod_debugger.checks.vpc.common import (
     require_subnet_ids,
     subnet_line,
 )
-from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
+from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import (
     ClusterObservation,
     NotApplicable,
@@ -99,18 +99,6 @@ def check_eni_quota(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]
         f"quota {ENI_QUOTA_CODE} (Network interfaces per Region, {region}): {quota:g}",
         f"usage: {ratio:.0%}",
     ]
-    check_quota = read_only(
-        aws_argv(
-            "service-quotas",
-            "get-service-quota",
-            region,
-            "--service-code",
-            "ec2",
-            "--quota-code",
-            ENI_QUOTA_CODE,
-        ),
-        "Read the current regional network-interface quota.",
-    )
     if ratio < ENI_WARN_RATIO:
         return [
             finding(
@@ -123,7 +111,6 @@ def check_eni_quota(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]
             )
         ]
     critical = ratio >= ENI_FAIL_RATIO
-    desired = math.ceil(max(quota, count) * 1.5)
     return [
         finding(
             obs,
@@ -136,29 +123,45 @@ def check_eni_quota(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]
             evidence=evidence,
             root_cause="Each node needs several network interfaces (more on EFA instance types); when the "
             "regional quota is reached, launches and replacements fail.",
-            suggested_commands=[
-                check_quota,
-                mutating(
-                    aws_argv(
-                        "service-quotas",
-                        "request-service-quota-increase",
-                        region,
-                        "--service-code",
-                        "ec2",
-                        "--quota-code",
-                        ENI_QUOTA_CODE,
-                        "--desired-value",
-                        str(desired),
-                    ),
-                    "Ask AWS to raise the regional network-interface quota.",
-                    blast_radius=f"Raises a limit for the whole account in {region}; no resource changes. "
-                    "A granted increase cannot be withdrawn by request.",
-                    changes_configuration=False,
-                    step="change",
-                    iac_note="No infrastructure-as-code drift: a quota request changes an account limit, "
-                    "not a resource a template manages.",
-                    preconditions=[f"Adjust --desired-value ({desired}) to the growth you plan."],
-                ),
-            ],
+            suggested_commands=_eni_quota_commands(region, math.ceil(max(quota, count) * 1.5)),
         )
+    ]
+
+
+def _eni_quota_commands(region: str, desired: int) -> list[SuggestedCommand]:
+    """Read the regional network-interface quota, then ask for ``desired``."""
+    return [
+        read_only(
+            aws_argv(
+                "service-quotas",
+                "get-service-quota",
+                region,
+                "--service-code",
+                "ec2",
+                "--quota-code",
+                ENI_QUOTA_CODE,
+            ),
+            "Read the current regional network-interface quota.",
+        ),
+        mutating(
+            aws_argv(
+                "service-quotas",
+                "request-service-quota-increase",
+                region,
+                "--service-code",
+                "ec2",
+                "--quota-code",
+                ENI_QUOTA_CODE,
+                "--desired-value",
+                str(desired),
+            ),
+            "Ask AWS to raise the regional network-interface quota.",
+            blast_radius=f"Raises a limit for the whole account in {region}; no resource changes. "
+            "A granted increase cannot be withdrawn by request.",
+            changes_configuration=False,
+            step="change",
+            iac_note="No infrastructure-as-code drift: a quota request changes an account limit, "
+            "not a resource a template manages.",
+            preconditions=[f"Adjust --desired-value ({desired}) to the growth you plan."],
+        ),
     ]

@@ -7,8 +7,8 @@
   (Volta single/double-bit ECC, Ampere SRAM/DRAM, Hopper parity/SEC-DED, 590-era repair keys),
   keyed by PCI bus id. Only the sections the checks read are kept.
 - ``nvidia-smi nvlink --status``: per GPU, each link's speed or ``<inactive>``.
-- ``dcgmi health --check``: the "Health Monitor Report" table (tree layout of DCGM 2+ and the
-  boxed layout of DCGM 1.x), its overall verdict and the incidents per entity.
+
+``dcgmi health --check`` has its own parser, :mod:`.dcgmi`.
 
 Every parser is total: odd, cut or garbled input gives a partial result, never an exception.
 Values nvidia-smi cannot provide (``[N/A]``, ``N/A``, ``[Not Supported]``, ``ERR!``, empty…)
@@ -17,9 +17,9 @@ read as ``None``: "cannot judge", never zero.
 
 from __future__ import annotations
 
-import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import NamedTuple
@@ -128,9 +128,12 @@ def flag(value: str | None) -> bool | None:
     return None
 
 
+@lru_cache(maxsize=1024)
 def unreadable(value: str | None, kind: str = "flag") -> bool:
     """A value was printed (not ``[N/A]`` or empty) but its meaning is not certain: ``Yes this one``,
-    ``maybe``. The checks say so (UNKNOWN), never read it as clear."""
+    ``maybe``. The checks say so (UNKNOWN), never read it as clear.
+
+    Kept per spelling and kind, as :func:`number` and :func:`flag` are."""
     if value is None or is_missing(value):
         return False
     return (flag(value) if kind == "flag" else number(value)) is None
@@ -156,7 +159,8 @@ def _bus_key(text: str) -> str | None:
     return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}.{function}"
 
 
-def _strip_marker(text: str) -> tuple[str, bool]:
+def strip_marker(text: str) -> tuple[str, bool]:
+    """The text with the probe's truncation marker turned into a line break, and whether it was there."""
     if TRUNCATION_MARKER in text:
         return text.replace(TRUNCATION_MARKER, "\n"), True
     return text, False
@@ -326,7 +330,7 @@ def parse_csv(text: str, default_columns: tuple[str, ...] = ()) -> CsvTable:
 
     Without a header line the fields of a pasted command line (``$ nvidia-smi --query-…=a,b …``) are the
     columns, else the contract's ``default_columns`` (``--format=csv,noheader``)."""
-    text, truncated = _strip_marker(text or "")
+    text, truncated = strip_marker(text or "")
     header: str | None = None
     columns: tuple[str, ...] = ()
     rows: list[CsvRow] = []
@@ -455,10 +459,6 @@ class QReport:
         return next((line for line in self.messages if _DRIVER_DOWN.search(line)), None)
 
 
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
-
-
 def _parse_section(text: str, entries: list[QEntry]) -> None:
     """Key/value lines of one GPU-level section into entries, the path following the indentation."""
     indents: list[int] = []
@@ -544,7 +544,7 @@ def _parse_flat_section(name: str, rest: str, entries: list[QEntry]) -> None:
 
 
 def parse_q(text: str) -> QReport:
-    text, truncated = _strip_marker(text or "")
+    text, truncated = strip_marker(text or "")
     headers = list(_Q_GPU.finditer(text))
     preamble = text[: headers[0].start()] if headers else text
     driver = attached_line = None
@@ -644,9 +644,9 @@ def q_ecc(gpu: QGpu, scope: str) -> tuple[Counted, Counted]:
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """One value with the verbatim line it was read from."""
+    """One value (a count or a flag) with the verbatim line it was read from."""
 
-    value: object
+    value: float | bool
     line: str
 
 
@@ -664,7 +664,7 @@ def q_retired_pages(gpu: QGpu) -> dict[str, Reading]:
     for entry in gpu.under("retired pages"):
         leaf = entry.path[-1]
         if leaf.startswith("single bit"):
-            value: object = number(entry.value)
+            value: float | bool | None = number(entry.value)
             name = "single"
         elif leaf.startswith("double bit"):
             value = number(entry.value)
@@ -707,7 +707,7 @@ _REMAP_KEYS = ("correctable error", "uncorrectable error", "pending", "remapping
 
 def q_remapped_rows(gpu: QGpu) -> dict[str, Reading]:
     """``correctable``/``uncorrectable`` (counts), ``pending``/``failure`` (flags); {} when N/A."""
-    keys = {
+    keys: dict[str, tuple[str, Callable[[str | None], float | bool | None]]] = {
         "correctable error": ("correctable", number),
         "uncorrectable error": ("uncorrectable", number),
         "pending": ("pending", flag),
@@ -784,7 +784,7 @@ def _link_state(value: str) -> tuple[bool | None, float | None]:
 
 
 def parse_nvlink(text: str) -> NvLinkReport:
-    text, truncated = _strip_marker(text or "")
+    text, truncated = strip_marker(text or "")
     gpus: list[NvLinkGpu] = []
     messages: list[str] = []
     current: dict | None = None
@@ -817,144 +817,3 @@ def parse_nvlink(text: str) -> NvLinkReport:
         messages.append(line)
     close()
     return NvLinkReport(gpus=tuple(gpus), messages=tuple(messages), truncated=truncated)
-
-
-# --------------------------------------------------------------------------- dcgmi health
-
-_DCGM_VERDICTS = ("Healthy", "Warning", "Failure", "Internal error")
-_DCGM_OVERALL = re.compile(r"Overall Health\s*(?:\|\s*|:\s*)(Healthy|Warning|Failure|Internal error)", re.IGNORECASE)
-_DCGM_OLD_ENTITY = re.compile(r"^(GPU|NvSwitch|Switch|CPU|ConnectX)\s+ID:\s*(\d+)$", re.IGNORECASE)
-_DCGM_OLD_SYSTEM = re.compile(r"^(.+? system|Driver)\s*:\s*(Healthy|Warning|Failure)\s*-\s*(.*)$", re.IGNORECASE)
-_DCGM_ERROR = re.compile(r"^Error\b|unable to (?:establish|connect|check)|not enabled|host engine", re.IGNORECASE)
-
-
-@dataclass(slots=True)
-class DcgmIncident:
-    entity: str  # "GPU 0", "NvSwitch 1", "system"
-    health: str  # "Warning" / "Failure"
-    system: str | None = None  # "Memory system", "PCIe system", …
-    message: str = ""
-    lines: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class DcgmHealth:
-    overall: str | None
-    overall_line: str | None
-    incidents: tuple[DcgmIncident, ...]
-    #: why there is no verdict ("Error: Health watches not enabled…", connection errors)
-    error_line: str | None = None
-    truncated: bool = False
-
-
-def _verdict(text: str) -> str | None:
-    for verdict in _DCGM_VERDICTS:
-        if text.lower().startswith(verdict.lower()):
-            return verdict
-    return None
-
-
-def _dcgm_json(text: str, truncated: bool) -> DcgmHealth | None:
-    """``dcgmi health --check -j``: ``{"body": {"Overall Health": {"value": "Healthy"}, ...}}``. Only the
-    overall verdict is read; a report that is not Healthy keeps its incidents unparsed (none invented)."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    body = data.get("body") if isinstance(data, dict) else None
-    overall = body.get("Overall Health") if isinstance(body, dict) else None
-    value = overall.get("value") if isinstance(overall, dict) else None
-    if not isinstance(value, str):
-        return None
-    verdict = _verdict(value.strip())
-    return DcgmHealth(
-        overall=verdict, overall_line=f'"Overall Health": {value.strip()!r} (JSON)', incidents=(), truncated=truncated
-    )
-
-
-def parse_dcgm_health(text: str) -> DcgmHealth:
-    text, truncated = _strip_marker(text or "")
-    if text.lstrip().startswith("{") and (from_json := _dcgm_json(text, truncated)) is not None:
-        return from_json
-    overall = overall_line = error_line = None
-    incidents: list[DcgmIncident] = []
-    group = "GPU"
-    entity: str | None = None
-    entity_health: str | None = None
-    current: DcgmIncident | None = None
-
-    def add(incident: DcgmIncident) -> DcgmIncident:
-        incidents.append(incident)
-        return incident
-
-    for raw in text.splitlines():
-        line = raw.rstrip()
-        stripped = line.strip()
-        if not stripped or set(stripped) <= set("+-=|"):
-            continue
-        found = _DCGM_OVERALL.search(stripped)
-        if found:
-            overall, overall_line = _verdict(found.group(1)) or found.group(1), stripped
-            continue
-        if not (stripped.startswith("|") and stripped.endswith("|")):
-            if error_line is None and _DCGM_ERROR.search(stripped):
-                error_line = stripped
-            continue
-        inner = stripped[1:-1]
-        if " | " not in inner:
-            continue  # the report's title row
-        left_raw, right = inner.split(" | ", 1)
-        left_raw = left_raw[1:] if left_raw.startswith(" ") else left_raw
-        left, right = left_raw.strip(), right.strip()
-        level = 0
-        if left.startswith("->"):
-            level = _indent(left_raw) // 3 + 1
-            left = left[2:].strip()
-        old = _DCGM_OLD_ENTITY.match(left)
-        if old:  # DCGM 1.x: "GPU ID: 0 | Warning"
-            entity, entity_health, current = f"{old.group(1)} {old.group(2)}", _verdict(right), None
-            continue
-        if not left:  # an overflow row: the message of the system (or entity) above
-            if not right:
-                continue
-            old_system = _DCGM_OLD_SYSTEM.match(right)
-            if old_system and entity:  # DCGM 1.x: "<system>: <health> - <message>" under the entity
-                verdict = _verdict(old_system.group(2))
-                current = None
-                if verdict in ("Warning", "Failure"):
-                    current = add(
-                        DcgmIncident(
-                            entity=entity,
-                            health=verdict,
-                            system=old_system.group(1),
-                            message=old_system.group(3),
-                            lines=[stripped],
-                        )
-                    )
-                continue
-            if current is None and entity and entity_health in ("Warning", "Failure"):
-                current = add(DcgmIncident(entity=entity, health=entity_health))
-            if current is not None:
-                current.message = f"{current.message} {right}".strip()
-                current.lines.append(stripped)
-            continue
-        if level == 0:
-            group, entity, current = left, None, None
-            continue
-        if level == 1:
-            entity, entity_health, current = f"{group} {left}", _verdict(right), None
-            continue
-        if left.lower() == "errors":
-            continue
-        verdict = _verdict(right)
-        if entity and verdict in ("Warning", "Failure"):
-            current = add(DcgmIncident(entity=entity, health=verdict, system=left, lines=[stripped]))
-        else:
-            current = None
-    return DcgmHealth(
-        overall=overall,
-        overall_line=overall_line,
-        incidents=tuple(incidents),
-        error_line=error_line,
-        truncated=truncated,
-    )

@@ -1,5 +1,7 @@
-"""Regression tests named for the upstream probe's weak spots (facts file §9, 13–21): each would
-have caught the upstream behaviour."""
+"""Regression tests through the whole probe registry, one per misreading of the probe this project replaced:
+a folder that is not a mount point judged for usage, a panic in the previous boot missed, containerd judged on
+Slurm, the SSM shell's environment read as the job's, a missing time tool called unhealthy, the clock offset not
+judged as a number, oom_score_adj lines and old OOM kills counted as kills now."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def _problems(findings, check):
     return [f for f in findings if f.check == check and f.tag in (Tag.FAIL, Tag.WARN)]
 
 
-def test_weak_spot_13_a_folder_that_is_not_a_mount_point_gets_no_usage_verdict():
+def test_a_folder_that_is_not_a_mount_point_gets_no_usage_verdict():
     # GIVEN /opt/sagemaker exists only as a folder on a 95 %-full root: df -P reports the root for it
     df = (
         "Filesystem     1024-blocks      Used Available Capacity Mounted on\n"
@@ -49,7 +51,7 @@ def test_weak_spot_13_a_folder_that_is_not_a_mount_point_gets_no_usage_verdict()
     assert not any("/opt/sagemaker" in f.message for f in _problems(findings, "probe.data_volumes"))
 
 
-def test_weak_spot_17_a_panic_in_the_previous_boot_is_found():
+def test_a_panic_in_the_previous_boot_is_found():
     # GIVEN this boot's log is clean and the panic that caused the reboot is in the previous boot
     previous = (
         "2026-11-30T05:30:00.000000+00:00 ip-10-1-2-3 kernel: Kernel panic - not syncing: "
@@ -60,7 +62,7 @@ def test_weak_spot_17_a_panic_in_the_previous_boot_is_found():
     assert panic.section == "N" and panic.tag is Tag.FAIL
 
 
-def test_weak_spot_18_containerd_is_not_judged_on_slurm():
+def test_containerd_is_not_judged_on_slurm():
     findings, _ = _run(
         _doc(systemctl_is_active="amazon-ssm-agent active\ncontainerd inactive\nslurmd active\nmunge active\n"),
         orchestrator="Slurm",
@@ -68,7 +70,7 @@ def test_weak_spot_18_containerd_is_not_judged_on_slurm():
     assert not any(f.section == "M" for f in findings if f.is_problem)
 
 
-def test_weak_spot_19_no_check_reads_the_ssm_shell_environment():
+def test_no_check_reads_the_ssm_shell_environment():
     # The probe runs in an SSM shell, not in the job: its environment says nothing about the job's.
     from hyperpod_debugger.probe.registry import PROBE_CHECKS
 
@@ -77,7 +79,7 @@ def test_weak_spot_19_no_check_reads_the_ssm_shell_environment():
     assert all("env" not in c.id for c in PROBE_CHECKS)
 
 
-def test_weak_spot_20_no_time_tool_is_skipped_not_unhealthy():
+def test_no_time_tool_is_skipped_not_unhealthy():
     missing = ProbeItem(command="chronyc tracking", exit_code=127, stdout="", stderr="chronyc: command not found")
     gone = ProbeItem(command="timedatectl show", exit_code=127, stdout="", stderr="timedatectl: command not found")
     findings, coverage = _run(_doc(chronyc_tracking=missing, timedatectl=gone))
@@ -85,7 +87,7 @@ def test_weak_spot_20_no_time_tool_is_skipped_not_unhealthy():
     assert not _problems(findings, "probe.clock")
 
 
-def test_weak_spot_20_the_offset_is_judged_numerically():
+def test_the_clock_offset_is_judged_numerically():
     chrony = (
         "Reference ID    : A9FEA97B (169.254.169.123)\nStratum         : 4\n"
         "System time     : 2.500000000 seconds slow of NTP time\nLeap status     : Normal\n"
@@ -95,7 +97,7 @@ def test_weak_spot_20_the_offset_is_judged_numerically():
     assert f.section == "I.5" and f.tag is Tag.FAIL
 
 
-def test_weak_spot_21_oom_score_adj_lines_are_not_oom_kills():
+def test_oom_score_adj_lines_are_not_oom_kills():
     benign = (
         "2026-11-30T11:00:00.000000+00:00 ip-10-1-2-3 kernel: [  pid  ]   uid  tgid total_vm      rss "
         "pgtables_bytes swapents oom_score_adj name\n"
@@ -104,7 +106,7 @@ def test_weak_spot_21_oom_score_adj_lines_are_not_oom_kills():
     assert not _problems(findings, "probe.oom")
 
 
-def test_weak_spot_21_an_old_oom_outside_the_window_is_history():
+def test_an_old_oom_outside_the_window_is_history():
     old = (
         "2026-11-28T11:00:00.000000+00:00 ip-10-1-2-3 kernel: Out of memory: Killed process 4242 (python3) "
         "total-vm:123456kB\n"
