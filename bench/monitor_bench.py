@@ -23,7 +23,6 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.aws.store import FindingStore, create_table
 from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
@@ -37,6 +36,7 @@ from hyperpod_debugger.domain.model import (
 from hyperpod_debugger.domain.observations import ClusterNode
 from hyperpod_debugger.lifecycle.findings import plan_sweep
 from hyperpod_debugger.lifecycle.rotation import plan_rotation
+from hyperpod_debugger.store.findings import FindingStore, create_table
 from hyperpod_sim.server import simulated_aws
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

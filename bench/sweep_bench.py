@@ -263,8 +263,8 @@ def event_storm(nodes: int, events: int, storm_s: float) -> dict[str, float]:
     from functions.monitor.window_store import TableWindows
     from functions.shared.events import parse_hyperpod_event
     from hyperpod_debugger.aws.clients import AwsClients
-    from hyperpod_debugger.aws.store import create_table
     from hyperpod_debugger.checks.health_event import CHECK as HEALTH_CHECK
+    from hyperpod_debugger.store.findings import create_table
     from hyperpod_debugger.triage import TriageRequest, run_triage
     from hyperpod_sim.server import simulated_aws
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 from typing import Final
 
-from hyperpod_debugger.aws.store import HISTORY_TTL
+from hyperpod_debugger.store.findings import HISTORY_TTL
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAYER_DIR = REPO_ROOT / "build" / "layer"
@@ -97,7 +97,7 @@ DEFAULT_UNKNOWN_SHARE_ALARM_PERCENT = 20
 DEFAULT_SLACK_SECRET_NAME = ""
 DEFAULT_LOG_RETENTION_DAYS = 30
 #: Days a resolved finding, a resolved incident and their history records stay in the findings table before
-#: DynamoDB's TTL removes them (the functions' FINDINGS_TTL_DAYS; hyperpod_debugger.aws.store.HISTORY_TTL).
+#: DynamoDB's TTL removes them (the functions' FINDINGS_TTL_DAYS; hyperpod_debugger.store.findings.HISTORY_TTL).
 DEFAULT_FINDINGS_TTL_DAYS = HISTORY_TTL.days
 MIN_FINDINGS_TTL_DAYS = 1
 MAX_FINDINGS_TTL_DAYS = 3650

@@ -4,7 +4,7 @@ x86_64 for a rehearsal on this machine), into ``<out>/python``.
 
     python -m infra.layer build/layer                            # what `make layer` runs
     python -m infra.layer --platform x86_64 build/layer-x86_64   # what `make layer-host` runs
-    python -m infra.layer functions                              # bytecode beside functions/ (`make layer`)
+    python -m infra.layer functions                              # `make functions-bytecode`: beside functions/
     python -m infra.layer lock                                   # what `make lock` runs (needs PyPI)
     python -m infra.layer --print-manifest build/layer           # the built layer's MANIFEST.txt
 
@@ -440,8 +440,9 @@ def compile_bytecode(tree: pathlib.Path, mount: str, python: str, *, checked: bo
     version), naming ``mount`` as the files' home in tracebacks; returns how many modules have bytecode.
 
     Lambda's file system is read-only, so without these every cold start compiles every module it imports
-    before running (about twice the import's CPU). ``checked`` bytecode is used only while its source is
-    unchanged (for a tree people edit: functions/); unchecked bytecode skips that read (a built layer)."""
+    before running (three to four times the import's CPU: bench/import_bench.py). ``checked`` bytecode is used
+    only while its source is unchanged (for a tree people edit: functions/); unchecked bytecode skips that read
+    (a built layer)."""
     mode = "checked-hash" if checked else "unchecked-hash"
     command = [python, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", mode, "-s", str(tree)]
     subprocess.run([*command, "-p", mount, str(tree)], check=True)

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from functions.monitor.logic.alert_groups import ClusterRef, Group
-from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, call
-from hyperpod_debugger.aws.store import plain, typed
 from hyperpod_debugger.lifecycle.findings import iso, parse_iso
+from hyperpod_debugger.store.findings import plain, typed
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.aws.clients import AwsClients
 
 GROUP_PK = "ALERTGROUP"
 

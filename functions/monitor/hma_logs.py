@@ -16,7 +16,7 @@ to match a lifecycle line (a script that greps for the agent's marker, say) stil
 That is why :func:`read_subscription` keeps only streams named ``SagemakerHealthMonitoringAgent/...``
 and, inside them, only messages :func:`parse_hma_message` calls detections.
 
-Nothing here calls AWS; the handler (``handlers.log_subscription``) runs the signals.
+Nothing here calls AWS; the handler (``handlers.hma``) runs the signals.
 """
 
 from __future__ import annotations

@@ -10,14 +10,16 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import ValidationError
 
 from functions.shared.observability import logger, metrics
 from hyperpod_debugger.aws.clients import AwsClients
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

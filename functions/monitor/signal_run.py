@@ -11,19 +11,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.monitor.logic import signals, windows
 from functions.monitor.logic.signals import kinds
 from functions.monitor.runtime import now
 from functions.monitor.window_store import TableWindows, WindowQueue
 from functions.shared.clients import clients
-from functions.shared.env import MonitorEnv
 from functions.shared.observability import logger, metrics
-from hyperpod_debugger.aws.incident_store import IncidentStore
-from hyperpod_debugger.aws.store import FindingStore
+from hyperpod_debugger.store.findings import FindingStore
+from hyperpod_debugger.store.incidents import IncidentStore
 
 if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from functions.shared.env import MonitorEnv
     from hyperpod_debugger.aws.clients import AwsClients
     from hyperpod_debugger.domain.model import TriageReport
     from hyperpod_debugger.triage import TriageRequest

@@ -20,10 +20,10 @@ from pydantic import ValidationError, field_validator
 from functions.monitor.logic.alerts import ClusterRef, StreamChange
 from functions.monitor.logic.stream import StreamItem
 from functions.shared.odd_input import stream_sequence_number
-from hyperpod_debugger.aws.store import from_item as stored_finding
 from hyperpod_debugger.domain.validate import region_of_arn
 from hyperpod_debugger.lifecycle.findings import NOTIFYING, StoredFinding, TransitionKind
 from hyperpod_debugger.notify import finding_event
+from hyperpod_debugger.store.findings import from_item as stored_finding
 
 #: Why a record without a sequence number is set aside (it cannot even be reported as failed).
 NO_SEQUENCE_NUMBER = "the record has no dynamodb.SequenceNumber string"

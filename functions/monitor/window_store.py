@@ -21,15 +21,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
 
 from functions.monitor.logic.windows import WINDOW_S, LastWindow, Opened, Window
-from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, call
-from hyperpod_debugger.aws.store import batch_write, plain, typed
 from hyperpod_debugger.lifecycle.findings import iso, parse_iso
+from hyperpod_debugger.store.findings import batch_write, plain, typed
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.aws.clients import AwsClients
 
 EVENT_TTL = timedelta(days=2)
 _WINDOW_SK = "WINDOW"

@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.typing import LambdaContext
-
 from functions.monitor.adapters import DeliveryLedger
 from functions.monitor.logic import outbox
 from functions.monitor.runtime import deadline, keep_unprocessed
@@ -16,6 +14,8 @@ from functions.shared.clients import bookkeeping_clients
 from functions.shared.observability import logger
 
 if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
     from functions.shared.env import AlertsEnv, CourierEnv, MonitorEnv, NotifierEnv
 
 #: Keeps an input aside with why (True: kept; False: nowhere to keep it; raises ``RuntimeError`` when refused).

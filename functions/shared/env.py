@@ -83,7 +83,7 @@ class IncidentTiming(BaseModel):
 
 def _store_history_days() -> int:
     # Imported here: only the functions that write findings read this setting (and they import the store).
-    from hyperpod_debugger.aws.store import HISTORY_TTL
+    from hyperpod_debugger.store.findings import HISTORY_TTL
 
     return HISTORY_TTL.days
 
@@ -93,7 +93,7 @@ class FindingsHistory(BaseModel):
 
     #: Days a resolved finding, a resolved incident and their history records stay in the findings table
     #: before DynamoDB's TTL removes them (the stack's ``findingsTtlDays``; unset: the store's own 90 days,
-    #: ``hyperpod_debugger.aws.store.HISTORY_TTL``).
+    #: ``hyperpod_debugger.store.findings.HISTORY_TTL``).
     FINDINGS_TTL_DAYS: int = Field(default_factory=_store_history_days, ge=1, le=3650)
 
     @property

@@ -29,6 +29,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from hyperpod_debugger.aws import ssm_documents
+from hyperpod_debugger.probe.pinned import command_of
 from infra.constructs.python_function import PythonFunction
 
 Mode = Literal["pinned", "aws"]
@@ -49,7 +50,7 @@ class SessionAccess(Construct):
                 self.documents[kind] = ssm.CfnDocument(
                     self,
                     f"{kind.title()}Document",
-                    content=ssm_documents.document_content(kind),
+                    content=ssm_documents.document_content(kind, command_of(kind)),
                     document_type="Session",
                     document_format="JSON",
                     update_method="Replace",

@@ -13,7 +13,7 @@ windows' probes (0.5 a second): 1.48 a second by default (``hyperpod_debugger.li
 at run time (``budget.share``): each cluster step takes ``budget ÷ the clusters running at once`` of this page,
 splits it into workers of about one call a second, and plans one batch per worker per round; the rounds run
 from the end of its checks to shortly before the next sweep, each short enough for its Lambda to drain its
-sessions. A batch slows down on its own while Session Manager throttles (``probe.runner.SessionPace``); what it
+sessions. A batch slows down on its own while Session Manager throttles (``probe.pace.SessionPace``); what it
 could not start stays due. The state carries batch numbers and round starts only; the rotation
 (``hyperpod_debugger.lifecycle.rotation``) probes every Running node at least once per ``probePeriodHours``
 across successive sweeps, suspects first.

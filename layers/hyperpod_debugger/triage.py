@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import difflib
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hyperpod_debugger import __version__
 from hyperpod_debugger.aws import sagemaker, sts
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.collector import CollectOptions, Collector
@@ -27,19 +25,20 @@ from hyperpod_debugger.domain.model import (
     ClusterRef,
     Coverage,
     Finding,
-    NodeVerdict,
     Priority,
     RunError,
     Tag,
     TriageReport,
 )
 from hyperpod_debugger.domain.observations import Cluster, ClusterNode, ClusterObservation, NodeHealthReport, Observed
-from hyperpod_debugger.domain.occupancy import Occupancy
-from hyperpod_debugger.probe.runner import ProbeOptions, probe_cluster, ssm_runner
+from hyperpod_debugger.probe.options import ProbeOptions
 from hyperpod_debugger.remediation import ladder
-from hyperpod_debugger.remediation.verdict import RUNGS, node_verdicts
+from hyperpod_debugger.remediation.verdict import RUNGS
+from hyperpod_debugger.run_report import build_report, cluster_ref, coverage_of
 from hyperpod_debugger.slurm.parse import controller_up, parse_jobs, parse_sinfo
-from hyperpod_debugger.slurm.query import query_controller
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.occupancy import Occupancy
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,60 +67,8 @@ class TriageRequest:
     progress: Callable[[str], None] | None = field(default=None, compare=False)
 
 
-def build_report(
-    scope_node: str | None,
-    now: datetime,
-    cluster: ClusterRef,
-    findings: list[Finding],
-    coverage: Coverage,
-    error: RunError | None = None,
-    verdicts: list[NodeVerdict] | None = None,
-) -> TriageReport:
-    return TriageReport(
-        tool_version=__version__,
-        generated_at=now.isoformat(),
-        cluster=cluster,
-        scope_node=scope_node,
-        findings=findings,
-        coverage=coverage,
-        summary=TriageReport.summarise(findings),
-        node_verdicts=node_verdicts(findings) if verdicts is None else verdicts,
-        error=error,
-        exit_code=TriageReport.exit_code_for(findings, error),
-    )
-
-
-def _coverage_of(clients: AwsClients) -> Callable[..., Coverage]:
-    """Coverage of a run: its checks, the nodes it probed, and the API calls ``clients`` made since the
-    run began (the monitor reuses its clients across warm invocations)."""
-    before = Counter(clients.calls)
-
-    def coverage(
-        checks: list[CheckCoverage], probed: list[str] | None = None, software: dict[str, dict[str, str]] | None = None
-    ) -> Coverage:
-        made = Counter(clients.calls) - before
-        return Coverage(
-            checks=checks, api_calls=dict(sorted(made.items())), probed_nodes=probed, software=software or None
-        )
-
-    return coverage
-
-
 def _all_unknown(reason: str) -> list[CheckCoverage]:
     return [CheckCoverage(check=c.id, status=CheckStatus.UNKNOWN, reason=reason) for c in ALL_CHECKS]
-
-
-def _cluster_ref(cluster: Cluster, account: str | None) -> ClusterRef:
-    return ClusterRef(
-        name=cluster.name,
-        arn=cluster.arn,
-        cluster_id=cluster.cluster_id,
-        region=cluster.region,
-        account_id=account or cluster.account_id,
-        status=cluster.status,
-        orchestrator=cluster.orchestrator,
-        eks_cluster_arn=cluster.eks_cluster_arn,
-    )
 
 
 def _probe_one_node(
@@ -133,7 +80,9 @@ def _probe_one_node(
     coverage: Callable[..., Coverage],
 ) -> TriageReport:
     """``hyperpod-debugger probe``: describe the one node, probe it, evaluate, apply the ladder."""
-    ref = _cluster_ref(cluster, account)
+    from hyperpod_debugger.probe.runner import probe_cluster  # the runner loads when a run probes
+
+    ref = cluster_ref(cluster, account)
     assert req.node is not None
     try:
         detail = sagemaker.describe_cluster_node(clients, cluster, req.node)
@@ -196,7 +145,7 @@ def triage_with_observation(
     """
     now = req.now or datetime.now(UTC)
     clients = clients or AwsClients(req.region)
-    coverage = _coverage_of(clients)
+    coverage = coverage_of(clients)
     say = req.progress or (lambda _: None)
     say(f"reading cluster {req.cluster} in {req.region}")
     started = _start(req, clients, now, coverage)
@@ -205,7 +154,7 @@ def triage_with_observation(
     cluster, account = started
     if req.probe_only and req.node:
         return _probe_one_node(req, clients, cluster, now, account, coverage), None
-    ref = _cluster_ref(cluster, account)
+    ref = cluster_ref(cluster, account)
     say("collecting: nodes, events, network, orchestrator, logs")
     obs = _collect(req, clients, cluster, now)
     if isinstance(obs, RunError):
@@ -360,6 +309,9 @@ def _collect(req: TriageRequest, clients: AwsClients, cluster: Cluster, now: dat
         if not req.probe:
             obs.slurm = Observed.skip("reading Slurm needs a session on the controller, and probing was not asked for")
         elif obs.nodes.available and obs.nodes.value is not None:
+            from hyperpod_debugger.probe.runner import ssm_runner  # the session runner loads when a run probes
+            from hyperpod_debugger.slurm.query import query_controller
+
             obs.slurm = query_controller(
                 clients,
                 cluster,
@@ -403,6 +355,8 @@ def _probe(
 ) -> tuple[list[str], dict[str, dict[str, str]]] | None:
     """The on-node probes (suspects first), their findings and coverage added; the nodes probed and what each
     runs (None: no probe ran)."""
+    from hyperpod_debugger.probe.runner import probe_cluster  # the runner loads when a run probes
+
     if req.probe and req.probe_options.max_nodes <= 0:
         reason = "no node probes in this run (max 0 nodes): they run separately, in batches"
         checks.append(CheckCoverage(check="probe.session", status=CheckStatus.SKIPPED, reason=reason))
@@ -424,61 +378,3 @@ def _probe(
     findings += probed.findings
     checks += probed.coverage
     return probed.probed, probed.software
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeBatchRequest:
-    """One batch of the sweep's rotation: probe exactly these nodes of one cluster."""
-
-    cluster: str  # ARN (or name)
-    region: str
-    nodes: tuple[ClusterNode, ...]
-    controllers: frozenset[str] = frozenset()
-    #: instance id → what HyperPod is already doing to it (seen by the cluster step): no duplicate action
-    recovering: dict[str, str] = field(default_factory=dict)
-    now: datetime | None = None
-    event_window: timedelta = timedelta(hours=24)
-    probe_options: ProbeOptions = ProbeOptions()
-
-
-def run_probe_batch(req: ProbeBatchRequest, clients: AwsClients | None = None) -> TriageReport:
-    """Probe the given nodes (no cluster-level checks) and apply the node-action ladder.
-
-    The report's coverage names only on-node checks and lists the nodes actually probed, so the store
-    resolves on-node findings of those nodes only.
-    """
-    now = req.now or datetime.now(UTC)
-    clients = clients or AwsClients(req.region)
-    ref = ClusterRef(name=req.cluster, region=req.region)
-
-    coverage = _coverage_of(clients)
-
-    try:
-        cluster = sagemaker.describe_cluster(clients, req.cluster)
-    except CredentialsError as exc:
-        error = RunError(kind="credentials", message=f"AWS credentials are missing, expired or rejected: {exc}")
-        return build_report(None, now, ref, [], coverage([]), error)
-    except (sagemaker.ClusterNotFound, ApiCallError) as exc:
-        kind = "cluster_not_found" if isinstance(exc, sagemaker.ClusterNotFound) else "internal"
-        error = RunError(kind=kind, message=f"Cannot probe cluster {req.cluster!r}: {exc}")
-        return build_report(None, now, ref, [], coverage([]), error)
-    ref = _cluster_ref(cluster, cluster.account_id)
-    by_id = {n.instance_id: n for n in req.nodes}
-    probed = probe_cluster(
-        clients,
-        cluster,
-        list(req.nodes),
-        now,
-        focus=(),
-        suspects=[],
-        controllers=set(req.controllers),
-        options=replace(req.probe_options, max_nodes=len(req.nodes), window=req.event_window, batch=True),
-    )
-    findings = ladder.apply(
-        probed.findings,
-        ladder.Target.of(cluster),
-        by_id,
-        recovering=dict(req.recovering),
-        controllers=set(req.controllers),
-    )
-    return build_report(None, now, ref, findings, coverage(probed.coverage, probed.probed, probed.software))

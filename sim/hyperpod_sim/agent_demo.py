@@ -21,7 +21,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.aws.store import FindingStore, create_table
 from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
@@ -34,6 +33,7 @@ from hyperpod_debugger.domain.model import (
     TriageReport,
 )
 from hyperpod_debugger.lifecycle.findings import plan_sweep
+from hyperpod_debugger.store.findings import FindingStore, create_table
 from hyperpod_sim import scenarios, seed
 
 TABLE = "hyperpod-debugger-findings"

@@ -3,7 +3,7 @@ simulated clock, with the stream's records handed over as the stack deploys them
 shuffled), counting incidents, Slack messages and emails and the simulated seconds from event to first message.
 
 The cluster is a *world* of faults. What HyperPod and the checks would report about it is built with the
-project's own builders (``checks.base.make_finding``, HyperPod's Node Health Event check, and the ladder, which
+project's own builders (``domain.checking.make_finding``, HyperPod's Node Health Event check, and the ladder, which
 fills in the real drain / reboot / replace commands); the triage entry points of the handlers are pointed at
 the world (the sweep's cluster step, its probe batches, and the event and window triages). Everything after
 the triage is the deployed path: the findings store and its incidents on moto, the stream's batches to the
@@ -30,9 +30,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.checks.base import make_finding
 from hyperpod_debugger.checks.health_event import health_event_findings
 from hyperpod_debugger.domain import eventbridge
+from hyperpod_debugger.domain.checking import make_finding
+from hyperpod_debugger.domain.commands import aws_argv, mutating, read_only
 from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
@@ -54,7 +55,6 @@ from hyperpod_debugger.domain.observations import (
 )
 from hyperpod_debugger.probe.fleet import NodeProbe, outcome_findings
 from hyperpod_debugger.remediation import ladder
-from hyperpod_debugger.remediation.suggest import aws_argv, mutating, read_only
 from hyperpod_debugger.remediation.verdict import node_verdicts
 from hyperpod_debugger.triage import build_report
 from hyperpod_sim.lambda_harness import MonitorHarness, SqsClock, map_items, monitor_harness
@@ -610,7 +610,7 @@ class AlertSimulation:
         return [r for r in self.received if r.channel == channel]
 
     def incidents(self) -> list[Any]:
-        from hyperpod_debugger.aws.incident_store import IncidentStore
+        from hyperpod_debugger.store.incidents import IncidentStore
 
         return list(
             IncidentStore(self.monitor.clients, self.monitor.resources.findings_table).incidents(CLUSTER_ARN).values()

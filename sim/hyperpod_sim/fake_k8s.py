@@ -53,7 +53,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from hyperpod_debugger.probe.catalog import spec_for
+from hyperpod_debugger.domain.catalog import spec_for
 from hyperpod_sim.background import serve_in_background, stop_serving
 
 __all__ = [

@@ -51,7 +51,7 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.aws.store import create_table
+from hyperpod_debugger.store.findings import create_table
 from hyperpod_sim.slack_sink import SlackSink
 
 FINDINGS_TABLE = "hyperpod-debugger-findings"
@@ -232,12 +232,13 @@ def create_session_documents(clients: AwsClients, names: Mapping[str, str] = SES
     """The pinned Session documents as the stack creates them (content from the core, the tag the
     roles' Deny looks for). Returns kind -> name."""
     from hyperpod_debugger.aws import ssm_documents
+    from hyperpod_debugger.probe.pinned import command_of
 
     ssm = clients.client("ssm")
     for kind, name in names.items():
         ssm.create_document(
             Name=name,
-            Content=json.dumps(ssm_documents.document_content(kind)),
+            Content=json.dumps(ssm_documents.document_content(kind, command_of(kind))),
             DocumentType="Session",
             DocumentFormat="JSON",
             Tags=[{"Key": ssm_documents.TAG_KEY, "Value": ssm_documents.TAG_VALUE}],

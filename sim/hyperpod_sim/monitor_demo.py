@@ -32,10 +32,10 @@ from types import ModuleType
 from typing import Any
 
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.domain import eventbridge
 from hyperpod_debugger.notify import finding_event
-from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.probe.options import ProbeOptions
+from hyperpod_debugger.store.findings import FindingStore
 from hyperpod_sim.lambda_harness import Email, MonitorHarness, SqsClock, map_items, monitor_harness
 from hyperpod_sim.scenarios import REGION, Demo
 

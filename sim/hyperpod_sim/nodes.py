@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from hyperpod_debugger.aws.ssm_types import session_target
-from hyperpod_debugger.probe.catalog import spec_for
+from hyperpod_debugger.domain.catalog import spec_for
 from hyperpod_debugger.probe.delivery import decode_command
 from hyperpod_sim.fake_ssm import FakeSsm, NodeReply, marker_aware
 from hyperpod_sim.probe_docs import node_document, to_json

@@ -17,14 +17,14 @@ from moto.events.models import EventPattern, EventPatternParser
 from functions.monitor.alert_store import GROUP_PK, TableAlertGroups
 from functions.monitor.logic.alerts import ClusterRef
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.aws.incident_store import IncidentStore
-from hyperpod_debugger.aws.store import FindingStore, create_table
-from hyperpod_debugger.checks.base import make_finding
+from hyperpod_debugger.domain.checking import make_finding
 from hyperpod_debugger.domain.model import CheckCoverage, CheckStatus, Coverage, Priority, Tag
 from hyperpod_debugger.domain.model import ClusterRef as Ref
 from hyperpod_debugger.lifecycle.findings import plan_sweep
 from hyperpod_debugger.lifecycle.incidents import desired_incidents, plan_incidents
-from hyperpod_debugger.triage import build_report
+from hyperpod_debugger.run_report import build_report
+from hyperpod_debugger.store.findings import FindingStore, create_table
+from hyperpod_debugger.store.incidents import IncidentStore
 from hyperpod_sim import moto_patches
 from hyperpod_sim.lambda_harness import StreamReader
 from infra import constants as c

@@ -17,6 +17,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from hyperpod_debugger.aws import ssm_documents
+from hyperpod_debugger.probe.pinned import command_of
 from infra import constants as c
 from tests.infrastructure.conftest import synth
 from tests.infrastructure.test_iam_reality import role_statements
@@ -32,7 +33,9 @@ def test_two_pinned_session_documents_carry_the_cores_commands(template: Templat
     docs = list(documents(template).values())
     assert len(docs) == 2
     contents = sorted((d["Properties"]["Content"] for d in docs), key=json.dumps)
-    assert contents == sorted((ssm_documents.document_content(k) for k in ssm_documents.KINDS), key=json.dumps)
+    assert contents == sorted(
+        (ssm_documents.document_content(k, command_of(k)) for k in ssm_documents.KINDS), key=json.dumps
+    )
     for doc in docs:
         props = doc["Properties"]
         assert props["DocumentType"] == "Session" and props["DocumentFormat"] == "JSON"
@@ -45,7 +48,7 @@ def test_two_pinned_session_documents_carry_the_cores_commands(template: Templat
 
 def test_the_documents_run_exactly_what_the_client_expects(template: Template):
     by_command = {d["Properties"]["Content"]["properties"]["linux"]["commands"] for d in documents(template).values()}
-    assert by_command == {ssm_documents.pinned_line(ssm_documents.command_of(k)) for k in ssm_documents.KINDS}
+    assert by_command == {ssm_documents.pinned_line(command_of(k)) for k in ssm_documents.KINDS}
 
 
 def _function(template: Template, handler: str) -> Mapping[str, Any]:

@@ -204,7 +204,7 @@ def test_findings_table_keys_stream_ttl_pitr_gsi(template: Template):
 def test_the_indexes_the_store_queries_are_the_ones_the_stack_deploys(template: Template):
     # the store (layers) names its indexes and writes their keys on its own; the stack (infra) declares them:
     # a query on an index the template lacks fails only in AWS, so the two are held together here
-    from hyperpod_debugger.aws import store
+    from hyperpod_debugger.store import findings as store
 
     [table] = [
         r["Properties"]

@@ -15,8 +15,8 @@ import json
 import pytest
 from slack_sdk.models.blocks import Block
 
-from hyperpod_debugger.aws.incident_store import IncidentStore
 from hyperpod_debugger.lifecycle.incidents import COVERAGE_KEY, IncidentState
+from hyperpod_debugger.store.incidents import IncidentStore
 from hyperpod_sim.alert_scenarios import (
     CLUSTER_ARN,
     CLUSTER_NAME,

@@ -13,7 +13,7 @@ import pytest
 from functions.monitor import handlers, signal_run
 from functions.monitor.logic import windows
 from functions.monitor.window_store import TableWindows, WindowQueue
-from hyperpod_debugger.aws.store import FindingStore
+from hyperpod_debugger.store.findings import FindingStore
 from hyperpod_sim.demo import _simulated_account
 from hyperpod_sim.lambda_harness import SqsClock, monitor_harness
 from hyperpod_sim.monitor_demo import DEMO_ENV, node_health_event

@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.aws.store import FindingStore, create_table
 from hyperpod_debugger.cli.main import main
 from hyperpod_debugger.domain.model import (
     CheckCoverage,
@@ -21,6 +20,7 @@ from hyperpod_debugger.domain.model import (
     TriageReport,
 )
 from hyperpod_debugger.lifecycle.findings import State, plan_sweep
+from hyperpod_debugger.store.findings import FindingStore, create_table
 from hyperpod_sim import scenarios
 
 TABLE = "hyperpod-debugger-findings"

@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hyperpod_debugger.aws.store import FindingStore, create_table, to_item, typed
 from hyperpod_debugger.cli.main import main
 from hyperpod_debugger.domain.model import (
     CheckCoverage,
@@ -26,6 +25,7 @@ from hyperpod_debugger.domain.model import (
     TriageReport,
 )
 from hyperpod_debugger.lifecycle.findings import State, plan_sweep
+from hyperpod_debugger.store.findings import FindingStore, create_table, to_item, typed
 from hyperpod_sim import scenarios
 
 TABLE = "hyperpod-debugger-stats"

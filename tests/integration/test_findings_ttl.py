@@ -11,7 +11,7 @@ import pytest
 
 from functions.monitor import handlers, runtime
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.aws.store import HISTORY_TTL, plain
+from hyperpod_debugger.store.findings import HISTORY_TTL, plain
 from hyperpod_sim import scenarios
 from hyperpod_sim.lambda_harness import lambda_context, monitor_harness
 from tests.unit.test_eventbridge import HEALTH_CAPTURE, published

@@ -21,7 +21,6 @@ from functions.shared.events import (
     parse_monitor_event,
 )
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.aws.store import FindingStore, create_table
 from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
@@ -33,6 +32,7 @@ from hyperpod_debugger.domain.model import (
     TriageReport,
 )
 from hyperpod_debugger.lifecycle.findings import plan_sweep
+from hyperpod_debugger.store.findings import FindingStore, create_table
 from hyperpod_sim import scenarios
 from hyperpod_sim.lambda_harness import (
     ALERT_GROUP_QUEUE,

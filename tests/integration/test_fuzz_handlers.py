@@ -36,9 +36,9 @@ from functions.monitor import handlers
 from functions.monitor.logic import windows as window_logic
 from functions.shared.odd_input import REPLACEMENT, without_surrogates
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.aws.store import to_item, typed
 from hyperpod_debugger.domain.model import Priority, Tag
 from hyperpod_debugger.lifecycle.findings import State, StoredFinding
+from hyperpod_debugger.store.findings import to_item, typed
 from hyperpod_sim import moto_patches, scenarios
 from hyperpod_sim.lambda_harness import MonitorHarness, monitor_harness
 

@@ -15,8 +15,8 @@ import pytest
 from functions.monitor import adapters, handlers, signal_run
 from functions.shared import env as env_module
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.aws.store import FindingStore, create_table
 from hyperpod_debugger.lifecycle.findings import State
+from hyperpod_debugger.store.findings import FindingStore, create_table
 from hyperpod_sim import scenarios, seed
 from hyperpod_sim.lambda_harness import LambdaContext
 from hyperpod_sim.lambda_harness import lambda_context as new_context

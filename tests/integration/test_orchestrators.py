@@ -9,7 +9,7 @@ import pytest
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.domain.model import Tag
-from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.probe.options import ProbeOptions
 from hyperpod_debugger.triage import TriageRequest, run_triage
 from hyperpod_sim import scenarios
 from hyperpod_sim.fake_k8s import FakeKubernetes

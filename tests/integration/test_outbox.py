@@ -29,8 +29,6 @@ from functions.monitor.logic import outbox
 from functions.monitor.logic.incidents import reconcile
 from functions.monitor.runtime import use_clock
 from functions.shared import clients
-from hyperpod_debugger.aws.incident_store import IncidentStore, from_item, to_item
-from hyperpod_debugger.aws.store import FindingStore
 from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
@@ -45,6 +43,8 @@ from hyperpod_debugger.lifecycle.findings import plan_sweep
 from hyperpod_debugger.notify import alerts as render
 from hyperpod_debugger.notify import finding_event
 from hyperpod_debugger.remediation.verdict import node_verdicts
+from hyperpod_debugger.store.findings import FindingStore
+from hyperpod_debugger.store.incidents import IncidentStore, from_item, to_item
 from hyperpod_sim import scenarios
 from hyperpod_sim.lambda_harness import MonitorHarness, SqsClock, monitor_harness
 from tests.unit.test_alert_policy import _stored

@@ -12,7 +12,7 @@ import pytest
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.cli.main import main
 from hyperpod_debugger.domain.model import Tag
-from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.probe.options import ProbeOptions
 from hyperpod_debugger.triage import TriageRequest, run_triage
 from hyperpod_sim import scenarios
 from hyperpod_sim.fake_ssm import FakeSsm, Faults
@@ -182,7 +182,8 @@ def test_a_triage_with_pinned_documents_runs_each_command_through_its_document(p
     # every session named a pinned document and sent no parameter: the document chose the command
     assert {s.document_name for s in sessions} == {documents.probe, documents.slurm}
     assert all(s.parameters == {} for s in sessions)
-    from hyperpod_debugger.aws.ssm_documents import command_of, pinned_line
+    from hyperpod_debugger.aws.ssm_documents import pinned_line
+    from hyperpod_debugger.probe.pinned import command_of
 
     assert {s.command for s in sessions} == {pinned_line(command_of("probe")), pinned_line(command_of("slurm"))}
     # the exit status still came back through the document's own marker

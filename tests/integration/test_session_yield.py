@@ -3,7 +3,7 @@
 retries included), the batch halves its pace for the rest of its round, the nodes it could not start before
 the round closed are left unprobed and unjudged, and the next sweep's plan leads with them.
 
-The pace runs on a simulated clock (``runner.SYSTEM_CLOCK`` replaced): what is asserted is which sessions
+The pace runs on a simulated clock (``pace.SYSTEM_CLOCK`` replaced): what is asserted is which sessions
 started and which were left, never how long anything took."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from functions.shared import env as env_module
 from functions.shared.events import PROBE_ITEM_SELECTOR
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.ssm_types import session_target
-from hyperpod_debugger.aws.store import FindingStore, create_table
 from hyperpod_debugger.lifecycle.findings import iso
-from hyperpod_debugger.probe import runner
+from hyperpod_debugger.probe import pace as pacing
+from hyperpod_debugger.store.findings import FindingStore, create_table
 from hyperpod_sim import seed
 from hyperpod_sim.fake_ssm import FakeSsm, Faults
 from hyperpod_sim.lambda_harness import lambda_context, map_items
@@ -45,8 +45,8 @@ class SimClock:
         self.now += seconds
         await asyncio.sleep(0)
 
-    def clock(self) -> runner.PaceClock:
-        return runner.PaceClock(
+    def clock(self) -> pacing.PaceClock:
+        return pacing.PaceClock(
             monotonic=lambda: self.now, sleep=self.sleep, wall=lambda: self.start + timedelta(seconds=self.now)
         )
 
@@ -145,7 +145,7 @@ def _run_batch(cluster, ssm, store: FindingStore, monkeypatch, *, throttled: int
         ],
         began,
     )
-    monkeypatch.setattr(runner, "SYSTEM_CLOCK", SimClock(began).clock())
+    monkeypatch.setattr(pacing, "SYSTEM_CLOCK", SimClock(began).clock())
     first = session_target(cluster.arn, "workers", nodes[0])
     ssm.set_faults(Faults(throttle_first_n=throttled), target=first)
     before = len(ssm.start_calls)
@@ -188,7 +188,7 @@ def test_a_throttled_batch_slows_down_leaves_the_rest_and_the_next_sweep_leads_w
     # the next sweep, allowed three nodes, plans exactly the three left (never probed: due first)
     monkeypatch.setenv("PROBE_MAX_NODES", "3")
     env_module.clear_env_cache()
-    monkeypatch.setattr(runner, "SYSTEM_CLOCK", runner.PaceClock())
+    monkeypatch.setattr(pacing, "SYSTEM_CLOCK", pacing.PaceClock())
     following = _plan(cluster, "sweep-2")
     planned = [
         n["instance_id"]

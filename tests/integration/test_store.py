@@ -10,7 +10,6 @@ from moto.dynamodb.models import DynamoDBBackend
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError
-from hyperpod_debugger.aws.store import FindingStore, create_table, to_item, typed
 from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
@@ -22,6 +21,7 @@ from hyperpod_debugger.domain.model import (
     TriageReport,
 )
 from hyperpod_debugger.lifecycle.findings import State, TransitionKind, iso, plan_sweep
+from hyperpod_debugger.store.findings import FindingStore, create_table, to_item, typed
 from hyperpod_sim import scenarios
 
 TABLE = "hyperpod-findings"

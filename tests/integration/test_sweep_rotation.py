@@ -11,7 +11,6 @@ from functions.monitor import handlers
 from functions.shared import env as env_module
 from functions.shared.events import PROBE_ITEM_SELECTOR
 from hyperpod_debugger.aws.clients import AwsClients
-from hyperpod_debugger.aws.store import FindingStore, create_table
 from hyperpod_debugger.domain.model import (
     CheckCoverage,
     CheckStatus,
@@ -23,6 +22,7 @@ from hyperpod_debugger.domain.model import (
     TriageReport,
 )
 from hyperpod_debugger.lifecycle.findings import State, plan_sweep
+from hyperpod_debugger.store.findings import FindingStore, create_table
 from hyperpod_sim import scenarios
 from hyperpod_sim.fake_k8s import FakeKubernetes
 from hyperpod_sim.fake_ssm import FakeSsm

@@ -18,8 +18,8 @@ from functions.monitor import handlers, signal_run
 from functions.monitor.logic import windows
 from functions.monitor.logic.signals import ClusterSignal, NodeHealthReport
 from functions.monitor.window_store import TableWindows
-from hyperpod_debugger.aws.store import create_table
 from hyperpod_debugger.lifecycle.findings import parse_iso
+from hyperpod_debugger.store.findings import create_table
 from hyperpod_sim import seed
 from hyperpod_sim.demo import _simulated_account
 from hyperpod_sim.lambda_harness import monitor_harness

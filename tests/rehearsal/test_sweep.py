@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hyperpod_debugger.aws.store import FindingStore
+from hyperpod_debugger.store.findings import FindingStore
 from hyperpod_debugger.triage import TriageRequest, run_triage
 from hyperpod_sim.monitor_demo import DEMO_PROBE
 from hyperpod_sim.scenarios import REGION

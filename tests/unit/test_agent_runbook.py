@@ -7,10 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hyperpod_debugger.agent import runbook
 from hyperpod_debugger.domain.observations import ClusterEvent
 from hyperpod_debugger.domain.sections import SECTIONS
-from hyperpod_debugger.report import support_case
+from hyperpod_debugger.report import runbook, support_case
 
 TEXT = """# Title
 

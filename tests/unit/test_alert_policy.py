@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from slack_sdk.models.blocks import Block
 
-from hyperpod_debugger.checks.base import make_finding
+from hyperpod_debugger.domain.checking import make_finding
 from hyperpod_debugger.domain.model import Finding, Priority, Tag
 from hyperpod_debugger.domain.observations import ClusterNode
 from hyperpod_debugger.lifecycle.incidents import (

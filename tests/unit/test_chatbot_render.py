@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from hyperpod_debugger.domain.commands import NODE_ACTION_NOTE, mutating, read_only
 from hyperpod_debugger.domain.model import Priority, SuggestedCommand
 from hyperpod_debugger.domain.observations import ClusterNode
 from hyperpod_debugger.lifecycle.incidents import (
@@ -31,7 +32,6 @@ from hyperpod_debugger.notify.chatbot import chatbot
 from hyperpod_debugger.notify.messages import MUTATING_HEADING, READ_ONLY_HEADING
 from hyperpod_debugger.notify.policy import Batch, Item
 from hyperpod_debugger.remediation.ladder import NodeFacts, Target, _drain, _replace
-from hyperpod_debugger.remediation.suggest import NODE_ACTION_NOTE, mutating, read_only
 
 SCHEMA = json.loads(
     (pathlib.Path(__file__).parents[2] / "references" / "chatbot-custom-notification.schema.json").read_text()

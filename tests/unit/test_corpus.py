@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hyperpod_debugger.cli.analyze import analyze
 from hyperpod_debugger.domain.model import Finding, Tag
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 from hyperpod_debugger.probe.parse import klog
+from hyperpod_debugger.report.analysis import analyze
 
 CORPUS = pathlib.Path(__file__).parents[1] / "fixtures" / "corpus"
 #: the evaluation time when a capture carries none (kept fixed: the tiers read no clock)

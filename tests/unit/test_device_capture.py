@@ -7,10 +7,10 @@ import pathlib
 
 import pytest
 
-from hyperpod_debugger.cli.analyze import analyze
 from hyperpod_debugger.domain.model import CheckStatus, Tag
 from hyperpod_debugger.probe import versions
 from hyperpod_debugger.probe.document import loads
+from hyperpod_debugger.report.analysis import analyze
 
 CAPTURE = (
     pathlib.Path(__file__).parents[1] / "fixtures" / "probe" / "device" / "h200-580.159.04-single-gpu-vm-probe.json"

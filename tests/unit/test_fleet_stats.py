@@ -165,7 +165,7 @@ def test_percentile_by_nearest_rank(values, p, expected):
 
 
 def test_an_empty_period_says_why_it_may_be_empty(stats):
-    from hyperpod_debugger.cli.stats_report import render
+    from hyperpod_debugger.report.stats import render
 
     empty = fleet_stats("ml-train", [], [], SINCE, UNTIL)
     text = render(empty)
@@ -175,7 +175,7 @@ def test_an_empty_period_says_why_it_may_be_empty(stats):
 
 
 def test_one_table_by_node_lists_every_node_with_its_instances(stats):
-    from hyperpod_debugger.cli.stats_report import render
+    from hyperpod_debugger.report.stats import render
 
     text = render(stats, "node")
     assert "Nodes: 4" in text and "Repeat offenders" not in text and "By instance group" not in text

@@ -22,7 +22,7 @@ from functions.monitor.logic import signals
 from functions.monitor.stream_records import read_records
 from functions.shared.events import parse_hyperpod_event
 from functions.shared.odd_input import REPLACEMENT, batch_records, sqs_message_id, without_surrogates
-from hyperpod_debugger.aws.store import from_item
+from hyperpod_debugger.store.findings import from_item
 from tests.unit.test_eventbridge import PUBLISHED, published
 
 EVENTS = sorted(p.name for p in PUBLISHED.glob("*.json"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from hyperpod_debugger.checks.base import make_finding
+from hyperpod_debugger.domain.checking import make_finding
 from hyperpod_debugger.domain.model import Finding, Priority, Tag
 from hyperpod_debugger.lifecycle.incidents import (
     COVERAGE_KEY,

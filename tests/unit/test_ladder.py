@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 
 from hyperpod_debugger.checks.base import finding
+from hyperpod_debugger.domain.commands import IAC_WARNING, mutating, read_only
 from hyperpod_debugger.domain.model import Priority, Tag
 from hyperpod_debugger.domain.observations import ClusterEvent, EventWindow, LogEvent, Observed
 from hyperpod_debugger.remediation.ladder import refine
-from hyperpod_debugger.remediation.suggest import IAC_WARNING, mutating, read_only
 from tests import builders as b
 
 IID = "i-0123456789abcdef0"

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from hyperpod_debugger.domain.commands import mutating, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, Tag
 from hyperpod_debugger.domain.sections import SECTIONS, WHAT_TO_DO, what_to_do
 from hyperpod_debugger.lifecycle.incidents import StoredIncident, desired_incidents, plan_incidents
@@ -34,7 +35,6 @@ from hyperpod_debugger.notify.messages import (
     safe_base_url,
 )
 from hyperpod_debugger.notify.policy import AlertPolicy, Batch, ChannelPolicy, daily
-from hyperpod_debugger.remediation.suggest import mutating, read_only
 from tests.unit.test_alert_policy import (
     ARN,
     CHANNELS,

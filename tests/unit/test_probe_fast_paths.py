@@ -19,8 +19,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from hyperpod_debugger.checks.base import make_finding
-from hyperpod_debugger.checks.registry import execute
+from hyperpod_debugger.domain.checking import execute, make_finding
 from hyperpod_debugger.domain.model import Finding, Tag
 from hyperpod_debugger.domain.observations import NotApplicable, Unobservable
 from hyperpod_debugger.probe import gpu
@@ -206,7 +205,7 @@ def test_a_pass_that_needs_validating_is_still_validated() -> None:
 
 
 def test_the_runner_gives_a_hand_built_pass_its_section_and_link() -> None:
-    from hyperpod_debugger.checks.base import Check
+    from hyperpod_debugger.domain.checking import Check
 
     def hand_built(_obs: object, _ctx: object) -> list[Finding]:
         return [Finding(tag=Tag.PASS, check="probe.hand_built", message="fine")]

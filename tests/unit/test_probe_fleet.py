@@ -149,25 +149,6 @@ def test_the_probe_command_is_one_line_within_budget_and_carries_the_script():
     assert script.splitlines()[1:] == code_lines
 
 
-def test_no_session_starts_after_the_round_closes_and_the_rest_are_left_out():
-    """A batch's round closes (``start_until``): the sessions not started by then are not started at all, and
-    their nodes are absent from the result (not probed, nothing concluded: they lead the next plan)."""
-    import time
-
-    started: list[str] = []
-
-    async def run(target: str, command: str) -> CommandResult:
-        started.append(target)
-        return CommandResult(0, DOC, b"")
-
-    # 5 sessions a second and a round that closes in half a second: a few start, never all 20
-    probes = asyncio.run(probe_fleet(_nodes(20), "cmd", run, rate=5, start_until=time.monotonic() + 0.5))
-    assert 1 <= len(started) < 20 and len(probes) == len(started)
-    assert all(p.outcome == "OK" for p in probes)
-    closed = asyncio.run(probe_fleet(_nodes(3), "cmd", run, rate=1000, start_until=time.monotonic() - 1))
-    assert closed == []
-
-
 def test_the_nodes_a_window_named_are_probed_in_order_up_to_the_cap_and_the_rest_are_said():
     from dataclasses import replace
 

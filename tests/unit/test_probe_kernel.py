@@ -582,6 +582,17 @@ def test_oom_kill_lines_are_grouped_into_one_kill_each():
     ]
 
 
+def test_two_reports_whose_killed_lines_were_lost_count_two_kills():
+    # GIVEN the system-wide report's "invoked" and "oom-kill:" lines, then a second report's "oom-kill:" line,
+    # and neither "Killed process" line (both lost, or cut by the tail cap)
+    first_invoked, first_summary = fixture("rec-journal-short-iso-precise-oom-system-wide.txt").splitlines()[:2]
+    second_summary = first_summary.replace("09:02:10.554398", "09:05:41.120004").replace("pid=91822", "pid=91907")
+    # WHEN the kill reports are read
+    kills = oom_kills(parse_log("\n".join([first_invoked, first_summary, second_summary]) + "\n").lines)
+    # THEN there are two kills, one per summary, each with its own pid: the first is not listed twice
+    assert [k.pid for k in kills] == ["91822", "91907"]
+
+
 def test_oom_score_adj_values_alone_are_not_kills():
     # GIVEN lines that mention oom_score_adj / oom-killer settings but report no kill
     lines = [

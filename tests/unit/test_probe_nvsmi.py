@@ -177,7 +177,7 @@ def test_q_ampere_block_reads_remap_pending_and_zero_ecc():
     assert (unc.value, cor.value) == (0, 0)
     rows = nvsmi.q_remapped_rows(gpu)
     assert rows["pending"].value is True and rows["uncorrectable"].value == 4 and rows["failure"].value is False
-    assert gpu.product_name == "NVIDIA A10" and report.driver_version == "535.129.03"
+    assert gpu.get("product name").value == "NVIDIA A10" and report.driver_version == "535.129.03"
 
 
 def test_q_hopper_eight_gpus_are_keyed_by_bus_id_and_parity_sec_ded_are_summed():

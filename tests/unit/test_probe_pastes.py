@@ -20,11 +20,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hyperpod_debugger.cli.analyze import analyze
 from hyperpod_debugger.domain.model import Finding, Tag
 from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 from hyperpod_debugger.probe.parse import nvsmi
 from hyperpod_debugger.probe.parse.sysparse import free_unit, parse_chronyc_tracking, parse_free
+from hyperpod_debugger.report.analysis import analyze
 
 NOW = datetime(2026, 12, 4, tzinfo=UTC)
 

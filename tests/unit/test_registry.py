@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from hyperpod_debugger.aws.iam import READ_ONLY_ACTIONS
-from hyperpod_debugger.checks.base import Check
 from hyperpod_debugger.checks.registry import ACTION_SECTIONS, ALL_CHECKS, run_checks
+from hyperpod_debugger.domain.checking import Check
 from hyperpod_debugger.domain.model import CheckStatus, Priority, Tag
 from hyperpod_debugger.domain.observations import ApiFailure, Observed
 from tests import builders as b

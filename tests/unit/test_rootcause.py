@@ -77,7 +77,7 @@ def test_a_dead_slurmd_explains_the_down_node():
 def test_the_short_report_says_an_explained_cluster_problem_once_under_its_cause():
     from hyperpod_debugger.domain.model import ClusterRef, Coverage
     from hyperpod_debugger.report.text import render_text
-    from hyperpod_debugger.triage import build_report
+    from hyperpod_debugger.run_report import build_report
 
     short = _f("cluster.instance_groups", "Instance group a has 4 of 6 nodes", group="a", section="C", tag=Tag.WARN)
     capacity = _f("cluster.events", "2 Error event(s) in group a: insufficient capacity", group="a", section="C")
@@ -95,12 +95,12 @@ def test_the_short_report_says_an_explained_cluster_problem_once_under_its_cause
 def test_a_ten_node_cluster_with_seven_faults_reads_in_120_lines():
     """Issue 14's bound on the default report: ten nodes, seven faults (five on nodes, two cluster-level),
     each node fault with the commands the ladder builds for it."""
+    from hyperpod_debugger.domain.commands import read_only
     from hyperpod_debugger.domain.model import ClusterRef, Coverage
     from hyperpod_debugger.domain.observations import Observed
     from hyperpod_debugger.remediation.ladder import refine, verdicts
-    from hyperpod_debugger.remediation.suggest import read_only
     from hyperpod_debugger.report.text import render_text
-    from hyperpod_debugger.triage import build_report
+    from hyperpod_debugger.run_report import build_report
 
     ids = [f"i-0{n:016x}" for n in range(10)]
     obs = b.observation(nodes=Observed.ok([b.node(i) for i in ids]))

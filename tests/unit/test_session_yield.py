@@ -15,8 +15,10 @@ import pytest
 
 from hyperpod_debugger.aws.ssm_types import CommandResult
 from hyperpod_debugger.domain.model import CheckStatus, Tag
-from hyperpod_debugger.probe import runner
-from hyperpod_debugger.probe.runner import PaceClock, PaceReport, ProbeOptions, SessionPace, probe_cluster
+from hyperpod_debugger.probe import pace as pacing
+from hyperpod_debugger.probe.options import ProbeOptions
+from hyperpod_debugger.probe.pace import PaceClock, PaceReport, SessionPace
+from hyperpod_debugger.probe.runner import probe_cluster
 from tests import builders as b
 
 DOC = json.dumps(
@@ -94,9 +96,9 @@ def test_one_congestion_halves_once_persistent_throttling_halves_again_down_to_t
     _starts(pace, sim, 12, account)
     rates = [rate for _, rate in pace.changes]
     # throttles within the hold after a halving count once; each later one halves again; never below the floor
-    assert rates == [0.5, 0.25, 0.125] and pace.rate == 1.0 * runner.YIELD_FLOOR
+    assert rates == [0.5, 0.25, 0.125] and pace.rate == 1.0 * pacing.YIELD_FLOOR
     times = [t for t, _ in pace.changes]
-    assert all(later - earlier >= runner.YIELD_HOLD_S for earlier, later in zip(times, times[1:], strict=False))
+    assert all(later - earlier >= pacing.YIELD_HOLD_S for earlier, later in zip(times, times[1:], strict=False))
     assert pace.throttles == 12
 
 
@@ -114,7 +116,7 @@ def test_the_pace_climbs_back_slowly_once_the_throttling_stops_and_never_above_t
     # quiet stretches of RECOVER_AFTER_S add RECOVER_STEP of the rate each, back to it and no further
     steps = [round(rate, 6) for _, rate in climb]
     assert steps == [0.625, 0.75, 0.875, 1.0]
-    assert all(t - 1.0 >= (i + 1) * runner.RECOVER_AFTER_S for i, (t, _) in enumerate(climb))
+    assert all(t - 1.0 >= (i + 1) * pacing.RECOVER_AFTER_S for i, (t, _) in enumerate(climb))
     gaps = [round(b2 - a2, 6) for a2, b2 in zip(times, times[1:], strict=False)]
     assert min(gaps) == 1.0 and gaps[-1] == 1.0  # back at the batch's rate, never faster
 
@@ -174,7 +176,7 @@ def _probe(throttled_first: int, *, close_after: float = 0.45):
 
     async def run(target: str, command: str) -> CommandResult:
         if not called:
-            clients.throttles[runner.START_SESSION] += throttled_first
+            clients.throttles[pacing.START_SESSION] += throttled_first
         called.append(target)
         return CommandResult(0, DOC, b"")
 

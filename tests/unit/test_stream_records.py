@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 import pytest
 
 from functions.monitor.stream_records import read_records
-from hyperpod_debugger.aws.store import from_item, to_item, typed
 from hyperpod_debugger.domain.model import Priority, Tag
 from hyperpod_debugger.lifecycle.findings import State, StoredFinding, TransitionKind
+from hyperpod_debugger.store.findings import from_item, to_item, typed
 
 CAPTURE = json.loads(
     (pathlib.Path(__file__).parents[1] / "events" / "stream" / "dynamodb-stream-capture.json").read_text()

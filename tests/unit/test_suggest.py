@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from hyperpod_debugger.remediation.suggest import batches, mutating, read_only, shell_join
+from hyperpod_debugger.domain.commands import batches, mutating, read_only, shell_join
 
 HOSTILE = ["g1;rm -rf /", "$(id)", "`reboot`", "a b", "it's", "x\ny", "--node-ids", ""]
 

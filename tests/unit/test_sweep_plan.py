@@ -14,7 +14,7 @@ from functions.monitor.logic.sweep import RotationSettings, SweepResult, plan_pr
 from functions.shared.sweep_items import PROBE_ITEM_SELECTOR, ProbeBatch
 from hyperpod_debugger.domain.model import ClusterRef, Coverage
 from hyperpod_debugger.domain.observations import Observed
-from hyperpod_debugger.triage import build_report
+from hyperpod_debugger.run_report import build_report
 from hyperpod_sim.lambda_harness import map_items
 from tests import builders as b
 

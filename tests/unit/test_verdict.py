@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from hyperpod_debugger.checks.base import finding
+from hyperpod_debugger.domain.commands import mutating, read_only
 from hyperpod_debugger.domain.model import Priority, Tag
 from hyperpod_debugger.remediation.ladder import refine, verdicts
-from hyperpod_debugger.remediation.suggest import mutating, read_only
 from hyperpod_debugger.remediation.verdict import node_verdicts, state_of
 from tests import builders as b
 from tests.unit.test_ladder import IID, _node_finding, _slurm_obs
@@ -198,7 +198,7 @@ def test_hyperpod_acting_lists_the_nodes_findings_as_open():
 def test_the_short_report_shows_every_problem_it_counts():
     from hyperpod_debugger.domain.model import ClusterRef, Coverage
     from hyperpod_debugger.report.text import render_text
-    from hyperpod_debugger.triage import build_report
+    from hyperpod_debugger.run_report import build_report
 
     obs = b.observation()
     findings = _slurm_node_like_the_demo(obs)

@@ -6,7 +6,7 @@
 | :mod:`.hma` | CloudWatch Logs subscription on a cluster log group | ``logic.windows.enqueue`` (or ``triage_nodes``) |
 | :mod:`.windows` | the window queue (SQS, delayed until a window is due) | ``logic.windows.run_window`` |
 | :mod:`.sweep` | the sweep state machine, one cluster per call | ``logic.sweep.sweep_cluster`` |
-| :mod:`.probes` | the sweep's inner Map, one batch of nodes per call | ``logic.sweep.probe_batch`` |
+| :mod:`.probes` | the sweep's inner Map, one batch of nodes per call | ``logic.batch.probe_batch`` |
 | :mod:`.stream` | the findings table's DynamoDB stream | ``logic.stream.Notifier`` (per record) |
 | :mod:`.alerts` | the alert-group queue (SQS, delayed); daily | ``logic.alert_groups.flush`` (or ``daily_summary``) |
 | :mod:`.outbox` | the outbox (SQS FIFO) | ``logic.outbox.Courier`` (per record) |

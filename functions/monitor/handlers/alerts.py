@@ -11,26 +11,29 @@ from __future__ import annotations
 
 import json
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.monitor import wiring
 from functions.monitor.adapters import SqsOutbox
 from functions.monitor.alert_store import AlertGroupQueue, TableAlertGroups
 from functions.monitor.logic import alert_groups, alerts
-from functions.monitor.logic.alerts import ClusterRef
 from functions.monitor.runtime import now, with_env
 from functions.shared.clients import clients
 from functions.shared.env import AlertsEnv, alerts_env
 from functions.shared.observability import logger, metrics, tracer
 from functions.shared.odd_input import batch_records, without_surrogates
-from hyperpod_debugger.aws.incident_store import IncidentStore
 from hyperpod_debugger.notify import alerts as words
-from hyperpod_debugger.notify.policy import Batch
+from hyperpod_debugger.store.incidents import IncidentStore
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from functions.monitor.logic.alerts import ClusterRef
+    from hyperpod_debugger.notify.policy import Batch
 
 _processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 

@@ -11,10 +11,9 @@ refuses the event, raises: Lambda retries the event, then hands it to its on-fai
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
 from functions.monitor.logic import signals
@@ -24,6 +23,9 @@ from functions.shared.env import monitor_env
 from functions.shared.events import parse_hyperpod_event
 from functions.shared.observability import logger, metrics, tracer
 from functions.shared.odd_input import without_surrogates
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 @with_env(monitor_env)

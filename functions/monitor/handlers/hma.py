@@ -12,10 +12,9 @@ the sweep.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.monitor import hma_logs
 from functions.monitor.logic import signals
@@ -24,6 +23,9 @@ from functions.monitor.signal_run import coalesced, signal_runner
 from functions.shared.env import MonitorEnv, monitor_env
 from functions.shared.observability import logger, metrics, tracer
 from functions.shared.odd_input import without_surrogates
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 @with_env(monitor_env)

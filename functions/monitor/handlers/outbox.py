@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.monitor import wiring
 from functions.monitor.adapters import AwsCourierPorts, SharedLanes
@@ -29,6 +28,9 @@ from functions.shared.env import CourierEnv, courier_env
 from functions.shared.metric_names import FINDING_EVENTS_PUT
 from functions.shared.observability import logger, metrics, tracer
 from functions.shared.odd_input import batch_records, without_surrogates
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 #: What one delivery attempt may take beyond the Slack timeout (the SNS call, the ledger), in seconds.
 SEND_MARGIN_S = 3.0

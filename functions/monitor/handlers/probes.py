@@ -1,39 +1,43 @@
 """One batch of the sweep's node probes (one item of the inner Map): probe exactly the nodes named,
 write what changed for them, and remember when each was probed (the rotation's clock;
-:func:`functions.monitor.logic.sweep.probe_batch`)."""
+:func:`functions.monitor.logic.batch.probe_batch`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
 from functions.monitor import fleet_metrics
-from functions.monitor.logic import sweep
+from functions.monitor.logic import batch
 from functions.monitor.runtime import now, validation_errors, with_env
 from functions.shared.clients import clients
 from functions.shared.env import SweepEnv, sweep_env
 from functions.shared.observability import logger, metrics, tracer
 from functions.shared.odd_input import without_surrogates
 from functions.shared.sweep_items import ProbeBatch
-from hyperpod_debugger.aws.incident_store import IncidentStore
-from hyperpod_debugger.aws.store import FindingStore
-from hyperpod_debugger.probe.runner import PaceReport, ProbeOptions
-from hyperpod_debugger.triage import ProbeBatchRequest, run_probe_batch
+from hyperpod_debugger.probe.options import ProbeOptions
+from hyperpod_debugger.probe_batch import ProbeBatchRequest, run_probe_batch
+from hyperpod_debugger.store.findings import FindingStore
+from hyperpod_debugger.store.incidents import IncidentStore
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from hyperpod_debugger.probe.pace import PaceReport
 
 START_SESSION = "ssm:StartSession"
 
 
-def _request(item: ProbeBatch, store: sweep.SweepStore, env: SweepEnv, options: ProbeOptions) -> ProbeBatchRequest:
+def _request(item: ProbeBatch, store: batch.SweepStore, env: SweepEnv, options: ProbeOptions) -> ProbeBatchRequest:
     """The probe request for the nodes the item names, or for the stored plan batch it names, run as the cluster
     step scheduled it. Raises ``ValueError`` (``KeyError``, ``TypeError``) for nodes that cannot be probed."""
     nodes = item.nodes or []
     if item.batch is not None:
-        planned = sweep.PlannedBatch.stored(store, item.cluster_arn, item.sweep_id, item.batch)
+        planned = batch.PlannedBatch.stored(store, item.cluster_arn, item.sweep_id, item.batch)
         nodes, options = planned.nodes, planned.options(options)
-    return sweep.batch_request(item.cluster_arn, nodes, region=env.AWS_REGION, now=now(), options=options)
+    return batch.batch_request(item.cluster_arn, nodes, region=env.AWS_REGION, now=now(), options=options)
 
 
 @with_env(sweep_env)
@@ -60,7 +64,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         logger.error("probe batch rejected", errors=errors)
         return {"status": "rejected", "errors": errors}
     calls, throttles = aws.calls[START_SESSION], aws.throttles[START_SESSION]
-    result = sweep.probe_batch(
+    result = batch.probe_batch(
         request,
         probe=lambda request: run_probe_batch(request, aws),
         store=store,
@@ -72,7 +76,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return _report(result, item, paced[-1] if paced else None)
 
 
-def _report(result: sweep.BatchResult, item: ProbeBatch, pace: PaceReport | None) -> dict[str, Any]:
+def _report(result: batch.BatchResult, item: ProbeBatch, pace: PaceReport | None) -> dict[str, Any]:
     """Log and count the batch; what the state machine gets back."""
     if result.status != "processed":
         logger.error("probe batch failed", cluster=item.cluster_arn, error=result.error)

@@ -12,12 +12,10 @@ response only ever names records of the batch, and a batch with nothing to name 
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.monitor import fleet_metrics, stream_records, wiring
 from functions.monitor.adapters import SqsOutbox
@@ -28,6 +26,10 @@ from functions.shared.clients import clients
 from functions.shared.env import NotifierEnv, notifier_env
 from functions.shared.observability import logger, metrics, tracer
 from functions.shared.odd_input import without_surrogates
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 class NotifierBatch(BatchProcessor):

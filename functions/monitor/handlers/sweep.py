@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
 from functions.monitor import fleet_metrics
@@ -20,10 +19,13 @@ from functions.shared.env import SweepEnv, sweep_env
 from functions.shared.observability import logger, metrics, tracer
 from functions.shared.odd_input import without_surrogates
 from functions.shared.sweep_items import SweepItem
-from hyperpod_debugger.aws.incident_store import IncidentStore
-from hyperpod_debugger.aws.store import FindingStore
-from hyperpod_debugger.probe.runner import ProbeOptions
+from hyperpod_debugger.probe.options import ProbeOptions
+from hyperpod_debugger.store.findings import FindingStore
+from hyperpod_debugger.store.incidents import IncidentStore
 from hyperpod_debugger.triage import TriageRequest, triage_with_observation
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 def _request(env: SweepEnv, item: SweepItem, started: datetime) -> TriageRequest:

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import json
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.monitor.logic import windows
 from functions.monitor.runtime import keep_unprocessed, now, reject, with_env
@@ -26,6 +24,10 @@ from functions.shared.clients import clients
 from functions.shared.env import MonitorEnv, monitor_env
 from functions.shared.observability import logger, metrics, tracer
 from functions.shared.odd_input import batch_records, without_surrogates
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 _processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 

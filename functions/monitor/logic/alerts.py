@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from hyperpod_debugger.lifecycle.findings import StoredFinding, TransitionKind
+if TYPE_CHECKING:
+    from hyperpod_debugger.lifecycle.findings import StoredFinding, TransitionKind
 
 
 @dataclass(frozen=True)

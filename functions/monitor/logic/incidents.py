@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import ValidationError
 
-from hyperpod_debugger.domain.model import Finding, NodeVerdict, TriageReport
 from hyperpod_debugger.lifecycle.findings import StoredFinding, iso
 from hyperpod_debugger.lifecycle.incidents import (
     REPAIR_GRACE,
@@ -29,9 +28,12 @@ from hyperpod_debugger.lifecycle.incidents import (
 )
 from hyperpod_debugger.notify.stored import to_finding
 
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.model import Finding, NodeVerdict, TriageReport
+
 
 class IncidentsPort(Protocol):
-    """What reconciling needs of the incident store (``hyperpod_debugger.aws.incident_store.IncidentStore``)."""
+    """What reconciling needs of the incident store (``hyperpod_debugger.store.incidents.IncidentStore``)."""
 
     def incidents(self, cluster_arn: str) -> dict[str, StoredIncident]: ...
 

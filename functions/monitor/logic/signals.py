@@ -173,7 +173,7 @@ def triage_request(
 ) -> TriageRequest:
     # Imported here: the triage (and the probes it loads) only where a signal is triaged; a function that hands
     # signals to their window (the event and log functions, with a window queue) never loads it.
-    from hyperpod_debugger.probe.runner import ProbeOptions
+    from hyperpod_debugger.probe.options import ProbeOptions
     from hyperpod_debugger.triage import TriageRequest
 
     return TriageRequest(

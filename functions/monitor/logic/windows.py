@@ -426,7 +426,7 @@ def window_request(
     """One triage for the window: scoped to the node when the window named one node only, else the whole
     cluster with the named nodes probed (up to ``max_nodes``) and HyperPod's verdict on each."""
     # Imported here, as in ``signals.triage_request``: the event and log functions enqueue, never triage.
-    from hyperpod_debugger.probe.runner import ProbeOptions
+    from hyperpod_debugger.probe.options import ProbeOptions
     from hyperpod_debugger.triage import TriageRequest
 
     first = events.signals[0]

@@ -28,7 +28,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -37,7 +37,6 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hyperpod_debugger import __version__
 from hyperpod_debugger.agent import tools
@@ -51,6 +50,9 @@ from hyperpod_debugger.domain.untrusted import (
     visible,
 )
 from hyperpod_debugger.report.support_case import SupportCase, render_markdown
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 INSTRUCTIONS = (
     "Diagnose Amazon SageMaker HyperPod clusters and nodes, read-only. Start with triage_cluster (add node= "

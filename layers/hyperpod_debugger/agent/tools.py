@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from hyperpod_debugger.agent import runbook
 from hyperpod_debugger.domain import validate
 from hyperpod_debugger.domain.model import SuggestedCommand, TriageReport
+from hyperpod_debugger.report import runbook
+from hyperpod_debugger.report.findings import TABLE_ENV
 
 if TYPE_CHECKING:
     from hyperpod_debugger.report.support_case import SupportCase
 
-TABLE_ENV = "HYPERPOD_DEBUGGER_TABLE"
 ClientsFactory = Callable[[str], Any]  # Region → AwsClients
 
 
@@ -122,7 +122,7 @@ class CommandsForFinding(BaseModel):
 
 
 def _region(cluster: str | None, region: str | None, profile: str | None) -> str:
-    from hyperpod_debugger.cli.common import region_for
+    from hyperpod_debugger.aws.region import region_for
 
     try:
         return region_for(cluster, region, profile=profile)
@@ -147,12 +147,10 @@ def _checked(check: Callable[[str], str], value: str) -> str:
 
 
 def _table(table: str | None) -> str:
-    from hyperpod_debugger.cli.findings import check_table
-
     chosen = table or os.environ.get(TABLE_ENV)
     if not chosen:
         raise ToolFailure("invalid_argument", f"no findings table: pass table= or set {TABLE_ENV} for the server")
-    return _checked(check_table, chosen)
+    return _checked(validate.table, chosen)
 
 
 def _cluster_arn(clients: Any, cluster: str) -> str:
@@ -192,7 +190,7 @@ def triage_cluster(
     log_days: float = 7.0,
     profile: str | None = None,
 ) -> TriageReport:
-    from hyperpod_debugger.probe.runner import ProbeOptions
+    from hyperpod_debugger.probe.options import ProbeOptions
     from hyperpod_debugger.triage import TriageRequest, run_triage
 
     cluster = _checked(validate.cluster, cluster)
@@ -237,10 +235,10 @@ def analyze_probe_output(
     cluster: str | None = None,
     region: str | None = None,
 ) -> TriageReport:
-    from hyperpod_debugger.cli.analyze import analyze
-    from hyperpod_debugger.probe import catalog
+    from hyperpod_debugger.domain import catalog
     from hyperpod_debugger.probe import document as probe_document
     from hyperpod_debugger.probe.parse import klog
+    from hyperpod_debugger.report.analysis import analyze
 
     if (document is None) == (outputs is None):
         raise ToolFailure("invalid_argument", "give exactly one of document (probe.sh's JSON) or outputs (by item id)")
@@ -286,8 +284,8 @@ def list_findings(
     include_resolved: bool = False,
     profile: str | None = None,
 ) -> FindingsList:
-    from hyperpod_debugger.aws.store import FindingStore
-    from hyperpod_debugger.cli.findings import finding_json, sort_key
+    from hyperpod_debugger.report.findings import finding_json, sort_key
+    from hyperpod_debugger.store.findings import FindingStore
 
     cluster = _checked(validate.cluster, cluster)
     name = _table(table)
@@ -313,9 +311,9 @@ def findings_stats(
     until: str | None = None,
     profile: str | None = None,
 ) -> FindingsStats:
-    from hyperpod_debugger.aws.store import FindingStore
-    from hyperpod_debugger.cli import stats_report
-    from hyperpod_debugger.cli.findings import history_stats
+    from hyperpod_debugger.report import stats as stats_report
+    from hyperpod_debugger.report.stats import history_stats
+    from hyperpod_debugger.store.findings import FindingStore
 
     if not 1 <= days <= 90:
         raise ToolFailure("invalid_argument", "days must be between 1 and 90 (the history is kept for 90 days)")
@@ -342,8 +340,8 @@ def node_history(
     limit: int = 50,
     profile: str | None = None,
 ) -> NodeHistory:
-    from hyperpod_debugger.aws.store import FindingStore
-    from hyperpod_debugger.cli.findings import _plain  # the history's plain JSON, as `findings history --json`
+    from hyperpod_debugger.report.findings import jsonable  # the history's plain JSON, as `findings history --json`
+    from hyperpod_debugger.store.findings import FindingStore
 
     if (node is None) == (cluster is None):
         raise ToolFailure("invalid_argument", "give exactly one of node (an instance id) or cluster (cluster-wide)")
@@ -361,7 +359,7 @@ def node_history(
         return NodeHistory(
             key=key,
             table=name,
-            transitions=[Transition(**_plain(asdict(r))) for r in records],
+            transitions=[Transition(**jsonable(asdict(r))) for r in records],
         )
 
     return _aws_errors(read, chosen)
@@ -396,9 +394,9 @@ def commands_for_finding(
     region: str | None = None,
     profile: str | None = None,
 ) -> CommandsForFinding:
-    from hyperpod_debugger.aws.store import FindingStore
     from hyperpod_debugger.lifecycle.findings import FINGERPRINT_CHARS
     from hyperpod_debugger.report.text import command_lines
+    from hyperpod_debugger.store.findings import FindingStore
 
     cluster = _checked(validate.cluster, cluster)
     if not re.fullmatch(rf"[0-9a-f]{{{FINGERPRINT_CHARS}}}", fingerprint):
@@ -437,7 +435,7 @@ def draft_support_case(
 ) -> SupportCase:
     """The draft case as data; the caller renders it (:func:`~hyperpod_debugger.report.support_case.render_markdown`)
     from what it hands on, so the Markdown quotes the same text."""
-    from hyperpod_debugger.cli.support_case import CaseError, build
+    from hyperpod_debugger.report.case_facts import CaseError, build
 
     cluster = _checked(validate.cluster, cluster)
     node = _checked(validate.instance_id, node)

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from hyperpod_debugger.aws import ec2, eks, k8s, logs, quotas, sagemaker
-from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError
 from hyperpod_debugger.domain.observations import (
     ApiFailure,
@@ -27,7 +26,10 @@ from hyperpod_debugger.domain.observations import (
     NetworkObservation,
     Observed,
 )
-from hyperpod_debugger.domain.orchestrators import K8sPod, KubernetesObservation
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.aws.clients import AwsClients
+    from hyperpod_debugger.domain.orchestrators import K8sPod, KubernetesObservation
 
 T = TypeVar("T")
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, call
 from hyperpod_debugger.aws.paginate import collect_all, pages
 from hyperpod_debugger.domain.aws_types import ec2_type
@@ -19,6 +18,9 @@ from hyperpod_debugger.domain.observations import (
     Vpc,
     VpcEndpoint,
 )
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.aws.clients import AwsClients
 
 SERVICE = "ec2"
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from hyperpod_debugger.aws.clients import AwsClients
+from typing import TYPE_CHECKING
+
 from hyperpod_debugger.aws.errors import ApiCallError, call
 from hyperpod_debugger.domain.observations import ApiFailure, EksCluster
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.aws.clients import AwsClients
 
 
 def parse_eks_arn(arn: str) -> tuple[str, str]:

@@ -47,7 +47,7 @@ SESSION_ACTIONS: tuple[str, ...] = (
 )
 
 
-#: The findings table, as ``aws/store.py`` uses it. ``TransactWriteItems`` is not an IAM action: IAM
+#: The findings table, as ``store/findings.py`` uses it. ``TransactWriteItems`` is not an IAM action: IAM
 #: authorises each item of a transaction as its own action (the tests map one to the other: ``tests/iam_calls.py``).
 STORE_ACTIONS: tuple[str, ...] = (
     "dynamodb:GetItem",

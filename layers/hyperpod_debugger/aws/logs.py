@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, call
 from hyperpod_debugger.aws.paginate import pages
 from hyperpod_debugger.domain.observations import LogEvent
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.aws.clients import AwsClients
 
 SERVICE = "logs"
 LIFECYCLE_PREFIX = "LifecycleConfig/"

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from hyperpod_debugger.aws.clients import AwsClients
+from typing import TYPE_CHECKING
+
 from hyperpod_debugger.aws.errors import ApiCallError, call
 from hyperpod_debugger.domain.observations import ApiFailure
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.aws.clients import AwsClients
 
 #: "Network interfaces per Region" (EC2/VPC).
 ENI_QUOTA = ("ec2", "L-DF5E4CA3")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, call
 from hyperpod_debugger.aws.paginate import collect_all, pages
 from hyperpod_debugger.domain.observations import (
@@ -18,6 +17,9 @@ from hyperpod_debugger.domain.observations import (
     NodeDetail,
     VpcConfig,
 )
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.aws.clients import AwsClients
 
 SERVICE = "sagemaker"
 ARN_RE = re.compile(

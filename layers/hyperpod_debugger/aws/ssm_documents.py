@@ -8,7 +8,9 @@ those documents only (see ``infra/constructs/session_documents.py`` and referenc
 
 The command in a document is the same line :mod:`hyperpod_debugger.aws.ssm_session` would send: the
 probe (or the Slurm query) inside the exit-status wrapper, with a nonce derived from the command
-itself, so the client knows the marker to look for without sending anything.
+itself, so the client knows the marker to look for without sending anything. Which command each kind
+carries is the caller's to say (:func:`hyperpod_debugger.probe.pinned.command_of`): this module pins
+commands, it does not build them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: The tag on every pinned document; the roles' Deny refuses sessions with any document without it.
 TAG_KEY = "hyperpod-debugger:session-document"
@@ -36,26 +41,12 @@ def pinned_line(command: str) -> str:
     return wrap_command(command, pinned_nonce(command))
 
 
-def command_of(kind: str) -> str:
-    """The command a pinned document of ``kind`` carries, from this package's own probe and query."""
-    if kind == "probe":
-        from hyperpod_debugger.probe.delivery import probe_command
-
-        return probe_command()
-    if kind == "slurm":
-        from hyperpod_debugger.slurm.parse import slurm_query_command
-
-        return slurm_query_command()
-    raise ValueError(f"no pinned session document of kind {kind!r} (known: {', '.join(KINDS)})")
-
-
-def document_content(kind: str) -> dict[str, Any]:
-    """The Session document (schema 1.0) that runs ``kind``'s command and nothing else.
+def document_content(kind: str, command: str) -> dict[str, Any]:
+    """The Session document (schema 1.0) of ``kind`` that runs ``command`` and nothing else.
 
     ``runAsElevated``: the probe reads root-only sources (the kernel ring buffer, the journal); the
     command is read-only by construction (``tests/unit/test_probe_script.py``).
     """
-    command = command_of(kind)
     return {
         "schemaVersion": "1.0",
         "description": f"HyperPod node debugger: the read-only {kind} command, fixed (no parameters).",
@@ -95,8 +86,8 @@ class SessionDocuments:
     def __bool__(self) -> bool:
         return bool(self.probe or self.slurm)
 
-    def for_command(self, command: str) -> str | None:
-        """The document that carries ``command``, or None."""
+    def for_command(self, command: str, command_of: Callable[[str], str]) -> str | None:
+        """The document that carries ``command``, or None; ``command_of`` gives the command of each kind."""
         for kind in KINDS:
             name = getattr(self, kind)
             if name and command == command_of(kind):
@@ -113,7 +104,6 @@ __all__ = [
     "TAG_KEY",
     "TAG_VALUE",
     "SessionDocuments",
-    "command_of",
     "document_content",
     "pinned_line",
     "pinned_nonce",

@@ -1,8 +1,9 @@
-"""Types shared by the Session Manager client, the fleet fan-out and the fake SSM service."""
+"""Types shared by the Session Manager client, the fleet fan-out, the Slurm query and the fake SSM service."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,3 +56,7 @@ class SessionError(Exception):
         super().__init__(message)
         self.outcome: Outcome = outcome
         self.message = message
+
+
+#: How a command reaches a node: (session target, command) → its result, or :class:`SessionError`.
+Runner = Callable[[str, str], Awaitable[CommandResult]]

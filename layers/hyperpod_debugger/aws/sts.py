@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from hyperpod_debugger.aws.clients import AwsClients
+from typing import TYPE_CHECKING
+
 from hyperpod_debugger.aws.errors import call
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.aws.clients import AwsClients
 
 
 def caller_account(clients: AwsClients) -> str:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from hyperpod_debugger.checks.base import Check, CheckContext, finding
+from hyperpod_debugger.checks.base import CheckContext, finding
+from hyperpod_debugger.domain import commands
 from hyperpod_debugger.domain.aws_types import ec2_type
+from hyperpod_debugger.domain.checking import Check
 from hyperpod_debugger.domain.model import Finding, Priority, Tag
 from hyperpod_debugger.domain.observations import ClusterObservation, NotApplicable
-from hyperpod_debugger.remediation import commands
 
 
 def check_offerings(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:

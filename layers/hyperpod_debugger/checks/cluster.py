@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from hyperpod_debugger.checks.base import Check, CheckContext, finding
+from typing import TYPE_CHECKING
+
+from hyperpod_debugger.checks.base import CheckContext, finding
 from hyperpod_debugger.checks.classify import CAPACITY, classify
+from hyperpod_debugger.domain import commands
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import mutating, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, Tag
-from hyperpod_debugger.domain.observations import ClusterObservation
-from hyperpod_debugger.remediation import commands
-from hyperpod_debugger.remediation.suggest import mutating, read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import ClusterObservation
 
 #: Statuses in which change is expected and nothing is wrong yet.
 TRANSITIONAL_STATUSES = frozenset({"Creating", "Updating", "SystemUpdating"})

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from hyperpod_debugger.checks.base import Check, CheckContext, finding
+from typing import TYPE_CHECKING
+
+from hyperpod_debugger.checks.base import CheckContext, finding
+from hyperpod_debugger.domain import commands
 from hyperpod_debugger.domain.aws_types import ec2_type
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import mutating, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.domain.observations import Cluster, ClusterObservation, InstanceGroup, InstanceTypeInfo
-from hyperpod_debugger.remediation import commands
-from hyperpod_debugger.remediation.suggest import mutating, read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import Cluster, ClusterObservation, InstanceGroup, InstanceTypeInfo
 
 
 def check_threads_per_core(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:

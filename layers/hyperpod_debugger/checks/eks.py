@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from hyperpod_debugger.checks.base import Check, CheckContext, finding
+from hyperpod_debugger.checks.base import CheckContext, finding
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import aws_argv, json_arg, mutating, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.domain.observations import (
     ClusterObservation,
@@ -14,7 +16,6 @@ from hyperpod_debugger.domain.observations import (
     SgRule,
     Subnet,
 )
-from hyperpod_debugger.remediation.suggest import aws_argv, json_arg, mutating, read_only
 
 CHECK_PREREQUISITES = "eks.prerequisites"
 

@@ -12,12 +12,16 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from textwrap import shorten
+from typing import TYPE_CHECKING
 
-from hyperpod_debugger.checks.base import Check, CheckContext, finding
+from hyperpod_debugger.checks.base import CheckContext, finding
 from hyperpod_debugger.checks.classify import classify
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import read_only
 from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
-from hyperpod_debugger.domain.observations import ClusterEvent, ClusterObservation
-from hyperpod_debugger.remediation.suggest import read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import ClusterEvent, ClusterObservation
 
 _IDS = re.compile(r"\bi-[0-9a-f]{8,17}\b|\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 

@@ -10,10 +10,13 @@ A later event saying the node is healthy again resolves the finding.
 from __future__ import annotations
 
 from textwrap import shorten
+from typing import TYPE_CHECKING
 
 from hyperpod_debugger.checks.base import finding
 from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, Tag
-from hyperpod_debugger.domain.observations import ClusterObservation, NodeHealthReport
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import ClusterObservation, NodeHealthReport
 
 CHECK = "events.node_health"
 

@@ -3,9 +3,13 @@ the EKS guard, the HyperPod nodes in scope and the text shortener of their evide
 
 from __future__ import annotations
 
-from hyperpod_debugger.checks.base import CheckContext
+from typing import TYPE_CHECKING
+
 from hyperpod_debugger.domain.observations import ClusterObservation, NotApplicable
-from hyperpod_debugger.domain.orchestrators import K8sNode, KubernetesObservation
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.checks.base import CheckContext
+    from hyperpod_debugger.domain.orchestrators import K8sNode, KubernetesObservation
 
 KUBE_SYSTEM = "kube-system"
 

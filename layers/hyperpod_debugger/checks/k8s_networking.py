@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from hyperpod_debugger.checks.base import CheckContext, finding
 from hyperpod_debugger.checks.k8s_common import KUBE_SYSTEM, require_eks, shorten
+from hyperpod_debugger.domain.commands import mutating, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
-from hyperpod_debugger.domain.observations import ClusterObservation
 from hyperpod_debugger.domain.orchestrators import (
     K8sContainerStatus,
     K8sDaemonSet,
@@ -22,7 +23,9 @@ from hyperpod_debugger.domain.orchestrators import (
     K8sPod,
     KubernetesObservation,
 )
-from hyperpod_debugger.remediation.suggest import mutating, read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import ClusterObservation
 
 CHECK_CNI = "k8s.cni"
 CHECK_SYSTEM_PODS = "k8s.system_pods"

@@ -8,12 +8,12 @@ Fargate) are not assessed at all.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hyperpod_debugger.checks.base import CheckContext, finding
 from hyperpod_debugger.checks.k8s_common import hyperpod_nodes, require_eks, shorten
+from hyperpod_debugger.domain.commands import read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
-from hyperpod_debugger.domain.observations import ClusterObservation
 from hyperpod_debugger.domain.orchestrators import (
     ANNOTATION_FAULT_DETAILS,
     LABEL_DEEP_HEALTH,
@@ -23,7 +23,9 @@ from hyperpod_debugger.domain.orchestrators import (
     K8sNode,
     KubernetesObservation,
 )
-from hyperpod_debugger.remediation.suggest import read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import ClusterObservation
 
 CHECK_NODE_HEALTH = "k8s.node_health"
 CHECK_DEEP_HEALTH = "k8s.deep_health"

@@ -9,7 +9,7 @@ Pure: every check reads ``obs.kubernetes`` only.
 
 from __future__ import annotations
 
-from hyperpod_debugger.checks.base import Check, CheckContext, finding
+from hyperpod_debugger.checks.base import CheckContext, finding
 from hyperpod_debugger.checks.k8s_common import hyperpod_nodes, require_eks
 from hyperpod_debugger.checks.k8s_networking import CHECK_CNI, CHECK_SYSTEM_PODS, check_cni, check_system_pods
 from hyperpod_debugger.checks.k8s_nodes import (
@@ -18,10 +18,11 @@ from hyperpod_debugger.checks.k8s_nodes import (
     check_deep_health,
     check_node_health,
 )
+from hyperpod_debugger.domain.catalog import spec_for
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import mutating, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import ClusterObservation, NotApplicable
-from hyperpod_debugger.probe.catalog import spec_for
-from hyperpod_debugger.remediation.suggest import mutating, read_only
 
 CHECK_EFA_PLUGIN = "k8s.efa_device_plugin"
 CHECK_NAMESPACE = "k8s.hyperpod_namespace"

@@ -11,14 +11,17 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hyperpod_debugger.checks.base import Check, CheckContext, finding
+from hyperpod_debugger.checks.base import CheckContext, finding
+from hyperpod_debugger.domain import commands as commands_
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import aws_argv, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
-from hyperpod_debugger.domain.observations import ClusterObservation, InstanceGroup, LogEvent
 from hyperpod_debugger.domain.xid import XidInfo, XidRung, XidSeverity, decoded, lookup, parse_xid_codes, xid_verdict
-from hyperpod_debugger.remediation import commands as commands_
-from hyperpod_debugger.remediation.suggest import aws_argv, read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import ClusterObservation, InstanceGroup, LogEvent
 
 CHECK_LOG_GROUP = "logs.log_group"
 CHECK_LIFECYCLE = "logs.lifecycle"

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from hyperpod_debugger.checks.base import Check, CheckContext, finding
+from hyperpod_debugger.checks.base import CheckContext, finding
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import aws_argv, json_arg, mutating, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import (
     ClusterObservation,
@@ -19,7 +21,6 @@ from hyperpod_debugger.domain.observations import (
     SecurityGroup,
     SgRule,
 )
-from hyperpod_debugger.remediation.suggest import aws_argv, json_arg, mutating, read_only
 
 CHECK_EFA_SG = "network.efa_sg"
 SECTION = "A"

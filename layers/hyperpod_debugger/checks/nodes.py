@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hyperpod_debugger.checks.base import Check, CheckContext, finding
+from hyperpod_debugger.checks.base import CheckContext, finding
 from hyperpod_debugger.checks.classify import HARDWARE, OTHER, classify
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import aws_argv, describe_node, read_only, tail_log_stream
 from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.domain.observations import ClusterNode, ClusterObservation, NotApplicable
-from hyperpod_debugger.remediation.commands import describe_node, tail_log_stream
-from hyperpod_debugger.remediation.suggest import aws_argv, read_only
 
 IN_PROGRESS = frozenset(
     {"Pending", "SystemUpdating", "DeepHealthCheckInProgress", "AttachInProgress", "DetachInProgress", "ShuttingDown"}

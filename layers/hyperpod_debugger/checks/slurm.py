@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hyperpod_debugger.aws.ssm_types import TargetError, session_target
-from hyperpod_debugger.checks.base import Check, CheckContext, finding
+from hyperpod_debugger.checks.base import CheckContext, finding
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import mutating, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import ClusterObservation, NotApplicable
-from hyperpod_debugger.domain.orchestrators import SlurmObservation
-from hyperpod_debugger.remediation.suggest import mutating, read_only
 from hyperpod_debugger.slurm.parse import (
     CONTROLLER_SERVICES,
     NodeState,
@@ -28,6 +29,9 @@ from hyperpod_debugger.slurm.parse import (
     parse_sinfo,
     parse_squeue,
 )
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.orchestrators import SlurmObservation
 
 SECTION = "H"
 #: A job COMPLETING or CONFIGURING longer than this is stuck.

@@ -22,27 +22,30 @@ import json
 import os
 import re
 import sys
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
-from hyperpod_debugger.cli import stats_report
-from hyperpod_debugger.cli.common import PROFILE_HELP, REGION_HELP, region_for
-from hyperpod_debugger.cli.stats_report import BY
+from hyperpod_debugger.aws.region import region_for
+from hyperpod_debugger.cli.common import PROFILE_HELP, REGION_HELP
 from hyperpod_debugger.domain import validate
 from hyperpod_debugger.domain.untrusted import visible
-from hyperpod_debugger.lifecycle.findings import FINGERPRINT_CHARS, State, StoredFinding, parse_iso
-from hyperpod_debugger.lifecycle.stats import FleetStats, Transition, fleet_stats
+from hyperpod_debugger.lifecycle.findings import FINGERPRINT_CHARS
+from hyperpod_debugger.report import stats as stats_report
+from hyperpod_debugger.report.findings import (
+    TABLE_ENV,
+    finding_json,
+    jsonable,
+    render_findings,
+    render_history,
+    render_sweeps,
+    sort_key,
+)
+from hyperpod_debugger.report.stats import BY, history_stats
 
-TABLE_ENV = "HYPERPOD_DEBUGGER_TABLE"
 EXIT_INVALID = 2
-_TABLE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{3,255}$")
 _FINGERPRINT = re.compile(rf"^[0-9a-f]{{4,{FINGERPRINT_CHARS}}}$")
-_PRIORITY_ORDER = {"P0": 0, "P1": 1, "P2": 2}
-_STATE_ORDER = {State.OPEN: 0, State.ACKNOWLEDGED: 1, State.RESOLVED: 2}
 
 
 def add_parser(sub: Any) -> None:
@@ -90,105 +93,6 @@ def add_parser(sub: Any) -> None:
     ack.add_argument("--by", required=True, help="who acknowledges (recorded with the finding)")
 
 
-def check_table(table: str) -> str:
-    """``table`` when it can be a DynamoDB table name, else :class:`validate.InvalidArgument`."""
-    if not _TABLE_NAME.match(table):
-        raise validate.InvalidArgument(f"--table {table!r} is not a DynamoDB table name")
-    return table
-
-
-# --------------------------------------------------------------------------- rendering (pure)
-
-
-def _when(text: str) -> str:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    except ValueError:
-        return text
-
-
-def sort_key(f: StoredFinding) -> tuple[int, int, str, str]:
-    priority = _PRIORITY_ORDER.get(f.priority.value if f.priority else "", 9)
-    return (_STATE_ORDER.get(f.state, 9), priority, f.instance_id or "", f.check)
-
-
-def render_findings(findings: Sequence[StoredFinding], cluster: str, table: str) -> str:
-    ordered = sorted(findings, key=sort_key)
-    states = Counter(f.state.value for f in ordered)
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "none"
-    lines = [f"Findings of {cluster} in {table}: {summary}"]
-    for f in ordered:
-        priority = f.priority.value if f.priority else "--"
-        node = f.instance_id or "cluster-wide"
-        section = f" → references/node-diagnostics-detail.md § {f.section}" if f.section else ""
-        lines.append(f"{f.state.value:<12} {priority} {f.tag.value:<7} {node:<20} {f.check:<24} {f.message}{section}")
-        seen = f"first {_when(f.first_seen)} · last {_when(f.last_seen)} · seen {f.count}×"
-        detail = f"{seen} · fingerprint {f.fingerprint}"
-        if f.acknowledged_by:
-            detail += f" · acknowledged by {f.acknowledged_by}"
-        lines.append(f"{'':12} {detail}")
-    return "\n".join(lines) + "\n"
-
-
-def render_history(records: Sequence[Any], node: str) -> str:
-    lines = [f"History of {node} (newest first): {len(records)} transition(s)"]
-    for r in records:
-        priority = r.priority.value if r.priority else "--"
-        lines.append(
-            f"{r.at}  {r.transition.value:<12} {priority} {r.tag.value:<7} {r.check:<24} {r.message} "
-            f"(fingerprint {r.fingerprint})"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def render_sweeps(records: Sequence[Any], cluster: str) -> str:
-    lines = [f"Latest sweeps of {cluster}: {len(records)}"]
-    for r in records:
-        checks = r.get("checks") or {}
-        counts = ", ".join(f"{k} {int(v)}" for k, v in sorted(checks.items())) or "no checks"
-        moved = ", ".join(f"{k} {int(v)}" for k, v in sorted((r.get("transitions") or {}).items())) or "no change"
-        scope = f" (node {r['scope_node']})" if r.get("scope_node") else ""
-        lines.append(f"{r.get('at')}{scope}: checks {counts}; transitions {moved}")
-        if r.get("unknown"):
-            lines.append(f"    could not run: {', '.join(sorted(r['unknown']))}")
-        if r.get("error"):
-            lines.append(f"    stopped early: {r['error']}")
-    return "\n".join(lines) + "\n"
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set):
-        return [_plain(v) for v in value]
-    if hasattr(value, "value") and not isinstance(value, str):
-        return value.value
-    return value
-
-
-def finding_json(f: StoredFinding) -> dict[str, Any]:
-    return {
-        "fingerprint": f.fingerprint,
-        "cluster_arn": f.cluster_arn,
-        "cluster_name": f.cluster_name,
-        "instance_id": f.instance_id,
-        "check": f.check,
-        "section": f.section,
-        "tag": f.tag.value,
-        "priority": f.priority.value if f.priority else None,
-        "state": f.state.value,
-        "first_seen": f.first_seen,
-        "last_seen": f.last_seen,
-        "count": f.count,
-        "message": f.message,
-        "evidence": list(f.evidence),
-        "suggested_commands": _plain(list(f.suggested_commands)),
-        "acknowledged_by": f.acknowledged_by,
-    }
-
-
 # --------------------------------------------------------------------------- the command
 
 
@@ -204,30 +108,6 @@ def _period(args: argparse.Namespace) -> tuple[datetime, datetime]:
             raise validate.InvalidArgument(f"--until {args.until!r} is not an ISO 8601 date or time") from None
         until = until if until.tzinfo else until.replace(tzinfo=UTC)
     return until - timedelta(days=args.days), until
-
-
-def history_stats(store: Any, arn: str, name: str, period: tuple[datetime, datetime]) -> FleetStats:
-    """The review of ``period``: the cluster's transitions (one paged Query on ``by_cluster``) and its findings
-    open now (one Query on its partition), summed by :func:`~hyperpod_debugger.lifecycle.stats.fleet_stats`."""
-    since, until = period
-    transitions = [
-        Transition(
-            at=parse_iso(r.at),
-            fingerprint=r.fingerprint,
-            transition=r.transition,
-            check=r.check,
-            tag=r.tag,
-            priority=r.priority,
-            section=r.section,
-            instance_id=r.instance_id,
-            instance_group=r.instance_group,
-            instance_type=r.instance_type,
-            node_logical_id=r.node_logical_id,
-        )
-        for r in store.cluster_history(arn, since, until)
-    ]
-    open_now = [f for f in store.open_findings(arn).values() if parse_iso(f.first_seen) <= until]
-    return fleet_stats(name, transitions, open_now, since, until)
 
 
 def _fail(message: str, code: int = EXIT_INVALID) -> int:
@@ -251,7 +131,7 @@ def _checked(args: argparse.Namespace) -> _Request:
     """The request ``args`` make, before anything is called; raises InvalidArgument for one it cannot make."""
     if not args.table:
         raise validate.InvalidArgument(f"no findings table: pass --table or set {TABLE_ENV}")
-    check_table(args.table)
+    validate.table(args.table)
     cluster = validate.cluster(args.cluster) if getattr(args, "cluster", None) else None
     node = validate.instance_id(args.node) if getattr(args, "node", None) else None
     region = region_for(getattr(args, "cluster", None), args.region, profile=args.profile)
@@ -281,7 +161,7 @@ def _history(store: Any, arn: str, request: _Request, args: argparse.Namespace) 
     key = request.node or arn
     records = store.history(key, limit=request.limit)
     if args.json:
-        print(json.dumps([_plain(asdict(r)) for r in records], indent=2))
+        print(json.dumps([jsonable(asdict(r)) for r in records], indent=2))
     else:
         sys.stdout.write(visible(render_history(records, key), newlines=True))
     return 0
@@ -298,7 +178,7 @@ def _stats(store: Any, arn: str, request: _Request, args: argparse.Namespace) ->
 
 
 def _sweeps(store: Any, arn: str, request: _Request, args: argparse.Namespace) -> int:
-    records = [_plain(r) for r in store.sweeps(arn, limit=request.limit)]
+    records = [jsonable(r) for r in store.sweeps(arn, limit=request.limit)]
     if args.json:
         print(json.dumps(records, indent=2))
     else:
@@ -345,7 +225,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     from hyperpod_debugger.aws import sagemaker
     from hyperpod_debugger.aws.clients import AwsClients
     from hyperpod_debugger.aws.errors import ApiCallError, CredentialsError
-    from hyperpod_debugger.aws.store import FindingStore
+    from hyperpod_debugger.store.findings import FindingStore
 
     try:
         request = _checked(args)

@@ -19,9 +19,10 @@ from importlib.metadata import entry_points
 from typing import Any, Literal
 
 from hyperpod_debugger import __version__
+from hyperpod_debugger.aws.region import region_for
 from hyperpod_debugger.cli import findings as findings_cli
 from hyperpod_debugger.cli import support_case as support_case_cli
-from hyperpod_debugger.cli.common import PROFILE_HELP, REGION_HELP, region_for
+from hyperpod_debugger.cli.common import PROFILE_HELP, REGION_HELP
 from hyperpod_debugger.domain import validate
 
 EXIT_INVALID = 2
@@ -283,7 +284,7 @@ def _refuse(args: argparse.Namespace, message: str, code: int = EXIT_INVALID) ->
     if _wants_json(args):
         from hyperpod_debugger.domain.model import ClusterRef, Coverage, RunError
         from hyperpod_debugger.report.text import render_json
-        from hyperpod_debugger.triage import build_report
+        from hyperpod_debugger.run_report import build_report
 
         report = build_report(
             None,
@@ -372,7 +373,7 @@ def _use_colour(args: argparse.Namespace) -> bool:
 
 def cmd_triage(args: argparse.Namespace) -> int:
     from hyperpod_debugger.aws.clients import AwsClients
-    from hyperpod_debugger.probe.runner import ProbeOptions
+    from hyperpod_debugger.probe.options import ProbeOptions
     from hyperpod_debugger.report.text import render_json, render_text
     from hyperpod_debugger.triage import TriageRequest, run_triage
 
@@ -478,9 +479,11 @@ def _interrupt(*_: object) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from hyperpod_debugger.cli.analyze import NotText, analyze, check_raw_dir, read_text_input
-    from hyperpod_debugger.probe import catalog, document
+    from hyperpod_debugger.cli.analyze import NotText, check_raw_dir, read_text_input
+    from hyperpod_debugger.domain import catalog
+    from hyperpod_debugger.probe import document
     from hyperpod_debugger.probe.parse import klog
+    from hyperpod_debugger.report.analysis import analyze
     from hyperpod_debugger.report.text import render_json, render_text
 
     try:
@@ -540,8 +543,8 @@ def cmd_probe_script(_: argparse.Namespace) -> int:
 
 def cmd_runbook(args: argparse.Namespace) -> int:
     """The packaged runbook's section (alerts without a runbook URL point here), or the list of sections."""
-    from hyperpod_debugger.agent.runbook import UnknownSection, section_text
     from hyperpod_debugger.domain.sections import RUNBOOK_PATH, SECTIONS
+    from hyperpod_debugger.report.runbook import UnknownSection, section_text
 
     if not args.section:
         sys.stdout.write("".join(f"§ {sid:6} {title}\n" for sid, title in SECTIONS.items()))

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hyperpod_debugger.domain.observations import ApiFailure, Observed
-from hyperpod_debugger.domain.orchestrators import K8sPod
-from hyperpod_debugger.slurm.parse import SlurmJob
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.orchestrators import K8sPod, SlurmJob
 
 #: Pods of these owners come back by themselves on any node and are not the node's workload.
 _NODE_BOUND_OWNERS = frozenset({"DaemonSet", "Node"})

@@ -144,3 +144,19 @@ class SlurmObservation:
     outputs: dict[str, str] = field(default_factory=dict)
     #: Slurm node name (ip-10-1-2-3) -> instance id, from PrivateDnsHostname / PrivatePrimaryIp
     node_instances: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    """One job that occupies nodes, from the Slurm query's ``jobs`` section (``%i|%T|%u|%D|%N|%j``; parsed by
+    ``slurm/parse.py``)."""
+
+    job_id: str
+    state: str
+    user: str
+    #: squeue's node count (``%D``); None when it printed something else
+    node_count: int | None
+    #: every node the job holds (the hostlist expanded)
+    nodes: tuple[str, ...]
+    name: str
+    line: str

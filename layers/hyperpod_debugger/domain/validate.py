@@ -10,6 +10,7 @@ CLUSTER_ARN_RE = re.compile(
 )
 REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 INSTANCE_ID_RE = re.compile(r"^i-[0-9a-f]{8}([0-9a-f]{9})?$")
+TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{3,255}$")
 
 
 class InvalidArgument(ValueError):
@@ -35,6 +36,13 @@ def instance_id(value: str) -> str:
     if INSTANCE_ID_RE.match(value):
         return value
     raise InvalidArgument(f"--node {value!r} is not an EC2 instance id (i- followed by 8 or 17 hex digits)")
+
+
+def table(value: str) -> str:
+    """``value`` when it can be a DynamoDB table name (the monitor's findings table)."""
+    if TABLE_NAME_RE.match(value):
+        return value
+    raise InvalidArgument(f"--table {value!r} is not a DynamoDB table name")
 
 
 def region_of_arn(value: str) -> str | None:

@@ -6,7 +6,7 @@ to people's own Session Manager sessions (``startSessionReservePercent``, 34 % b
 3), the event windows' probes (``EVENT_WINDOW_PROBE_RATE``, 0.5 a second) and the sweep, which gets the rest
 (1.48 a second by default). The stack fixes the sweep's part and how many clusters run at once; each cluster
 step takes its share when its checks end (:func:`share`). The probe runner also slows down on its own while
-Session Manager throttles (``hyperpod_debugger.probe.runner.SessionPace``), so people's sessions get through.
+Session Manager throttles (``hyperpod_debugger.probe.pace.SessionPace``), so people's sessions get through.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ by the next sweep maps to the same item even when a counter or a timestamp in it
 
 :func:`plan_sweep` compares what is stored with one :class:`~hyperpod_debugger.domain.model.TriageReport`
 and decides, per fingerprint, one of the transitions below. The DynamoDB adapter
-(``hyperpod_debugger.aws.store``) writes the plan with conditional writes.
+(``hyperpod_debugger.store.findings``) writes the plan with conditional writes.
 
 * NEW: a problem not stored before.
 * ESCALATED: a stored problem whose priority rose (P2→P1→P0), or same priority and tag rose

@@ -26,10 +26,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from hyperpod_debugger.domain.model import Priority, Tag
-from hyperpod_debugger.domain.observations import ClusterNode
 from hyperpod_debugger.lifecycle.findings import State, StoredFinding
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import ClusterNode
 
 #: Every verdict, in the order metrics and dashboards list them.
 VERDICTS = ("HEALTHY", "WARN", "FAIL", "UNKNOWN", "UNOBSERVED", "NOT_RUNNING")

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from hyperpod_debugger.domain.catalog import spec_for
 from hyperpod_debugger.domain.observations import ClusterNode
-from hyperpod_debugger.probe.catalog import spec_for
 
 #: Only nodes whose SSM agent can answer are planned (others' status already tells their story).
 PROBEABLE = frozenset({"Running"})

@@ -18,13 +18,12 @@ import shlex
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from hyperpod_debugger.domain.model import Priority
 from hyperpod_debugger.domain.sections import RUNBOOK_PATH, SECTIONS, pointer, what_to_do
 from hyperpod_debugger.domain.untrusted import slack_code, slack_text, visible
-from hyperpod_debugger.lifecycle.incidents import Incident, NodeIssue, StoredIncident
 from hyperpod_debugger.notify.messages import (
     EMOJI,
     EMOJI_RESOLVED,
@@ -40,7 +39,10 @@ from hyperpod_debugger.notify.messages import (
     escape,
     section_url,
 )
-from hyperpod_debugger.notify.policy import Batch, Item
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.lifecycle.incidents import Incident, NodeIssue, StoredIncident
+    from hyperpod_debugger.notify.policy import Batch, Item
 
 #: Incidents a group message shows one by one (the rest are counted, with the command that lists them).
 SHOWN = 10

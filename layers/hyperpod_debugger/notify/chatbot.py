@@ -35,12 +35,11 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from hyperpod_debugger.domain.model import Priority
 from hyperpod_debugger.domain.sections import what_to_do
-from hyperpod_debugger.lifecycle.incidents import Incident, StoredIncident
 from hyperpod_debugger.notify.alerts import (
     ISSUES_LISTED,
     NODES_LISTED,
@@ -72,7 +71,10 @@ from hyperpod_debugger.notify.messages import (
     READ_ONLY_HEADING,
     READ_ONLY_NOTE,
 )
-from hyperpod_debugger.notify.policy import Batch, Item
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.lifecycle.incidents import Incident, StoredIncident
+    from hyperpod_debugger.notify.policy import Batch, Item
 
 #: ``metadata.eventType`` of every message: stable, so a channel's custom actions or filters can match it.
 EVENT_TYPE = "HyperPodIncident"

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 from hyperpod_debugger.domain.model import Finding, NodeAction, SuggestedCommand
-from hyperpod_debugger.lifecycle.findings import StoredFinding
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.lifecycle.findings import StoredFinding
 
 #: the node actions a stored finding may carry (another value, from a newer layer, reads as none)
 _ACTIONS = frozenset(get_args(NodeAction))

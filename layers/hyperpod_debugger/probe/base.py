@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from hyperpod_debugger.checks.base import make_finding
-from hyperpod_debugger.domain.model import Finding, Tag
+from hyperpod_debugger.domain.checking import make_finding
 from hyperpod_debugger.domain.observations import ApiFailure, NotApplicable, Unobservable
-from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.model import Finding, Tag
+    from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 
 Orchestrator = Literal["EKS", "Slurm"]
 Role = Literal["compute", "controller"]

@@ -21,13 +21,15 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
+from hyperpod_debugger.domain.commands import IAC_WARNING, describe_node, mutating, sagemaker_argv
 from hyperpod_debugger.domain.model import CheckCoverage, CheckStatus, Finding, Priority, SuggestedCommand, Tag
-from hyperpod_debugger.domain.observations import Cluster, ClusterNode
 from hyperpod_debugger.probe.parse.klog import window_label
 from hyperpod_debugger.probe.versions import COMPONENTS, Reading, SoftwareVersions, version_key
-from hyperpod_debugger.remediation.commands import describe_node, sagemaker_argv
-from hyperpod_debugger.remediation.suggest import IAC_WARNING, mutating
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import Cluster, ClusterNode
 
 CHECK_SKEW = "probe.software_skew"
 CHECK_FLOOR = "probe.software_floor"

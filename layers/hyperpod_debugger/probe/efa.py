@@ -19,13 +19,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from hyperpod_debugger.checks.base import Check
+from hyperpod_debugger.domain.catalog import spec_for
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import read_only
 from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
-from hyperpod_debugger.probe.catalog import spec_for
 from hyperpod_debugger.probe.document import TRUNCATION_MARKER, ProbeDocument, ProbeItem, fleet_shared
-from hyperpod_debugger.remediation.suggest import read_only
 
 CHECK_EFA = "probe.efa"
 ON_NODE = "on the node (SSM session, § K)"

@@ -14,17 +14,20 @@ the GPU checks. Two readings, either is enough:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hyperpod_debugger.checks.base import Check
+from hyperpod_debugger.domain.catalog import spec_for
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import read_only
 from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
-from hyperpod_debugger.probe.catalog import spec_for
-from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.parse.nvsmi import UNKNOWN_BUS, parse_q
 from hyperpod_debugger.probe.parse.sysparse import UnitState, cached, parse_is_active
 from hyperpod_debugger.probe.services import verdict
-from hyperpod_debugger.remediation.suggest import read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.probe.document import ProbeDocument
 
 CHECK = "probe.fabric_manager"
 UNIT = "nvidia-fabricmanager"

@@ -9,16 +9,19 @@ import asyncio
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hyperpod_debugger.aws.ssm_types import CommandResult, Outcome, SessionError
+from hyperpod_debugger.aws.ssm_types import Outcome, Runner, SessionError
+from hyperpod_debugger.domain.catalog import spec_for
+from hyperpod_debugger.domain.commands import read_only
 from hyperpod_debugger.domain.model import Finding, Priority, Tag
-from hyperpod_debugger.domain.observations import ClusterNode
 from hyperpod_debugger.probe import document
-from hyperpod_debugger.probe.catalog import spec_for
-from hyperpod_debugger.remediation.suggest import read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import ClusterNode
 
 #: StartSession calls per second per account that SSM allows (about 3).
 DEFAULT_RATE = 3.0
@@ -27,8 +30,6 @@ DEFAULT_RETRIES = 4
 #: One outcome shared by at least this share of probed nodes (and 3 nodes) is a cluster-level problem.
 BREAKER_SHARE = 0.5
 BREAKER_MIN_NODES = 3
-
-Runner = Callable[[str, str], Awaitable[CommandResult]]
 
 
 class TokenBucket:
@@ -90,15 +91,12 @@ async def _probe_one(
     bucket: TokenBucket,
     retries: int,
     rng: random.Random,
-    start_until: float | None = None,
-) -> NodeProbe | None:
+) -> NodeProbe:
     started = time.monotonic()
     attempt = 0
     while True:
         attempt += 1
         await bucket.acquire()
-        if start_until is not None and time.monotonic() >= start_until:
-            return None  # the window for starting sessions closed: the node was not probed, and stays due
         try:
             result = await run(target, command)
         except SessionError as exc:
@@ -131,14 +129,11 @@ async def probe_fleet(
     concurrency: int = DEFAULT_CONCURRENCY,
     retries: int = DEFAULT_RETRIES,
     seed: int | None = None,
-    start_until: float | None = None,
 ) -> list[NodeProbe]:
     """Probe every (node, session target) with at most ``rate`` StartSession calls per second and
     ``concurrency`` sessions open at once. A hung node holds one slot until its own timeout and
-    never blocks the others. Results come back in the input order.
-
-    ``start_until`` (``time.monotonic()``): no session starts after it; the nodes not started are left out of
-    the result (not probed, so nothing about them is concluded)."""
+    never blocks the others. Results come back in the input order. (When a round closes, the caller's ``run``
+    refuses to start: :class:`hyperpod_debugger.probe.pace.SessionPace` decides.)"""
     # A small burst (a tenth of a second's worth) keeps the average at ``rate`` when the event loop
     # wakes a little late; at SSM's 3/s that is a burst of one.
     bucket = TokenBucket(rate, burst=max(1, int(rate // 10)))
@@ -149,13 +144,12 @@ async def probe_fleet(
     executor = ThreadPoolExecutor(max_workers=max(4, 2 * concurrency), thread_name_prefix="hpd-ssm")
     asyncio.get_running_loop().set_default_executor(executor)
 
-    async def one(node: ClusterNode, target: str) -> NodeProbe | None:
+    async def one(node: ClusterNode, target: str) -> NodeProbe:
         async with slots:
-            return await _probe_one(node, target, command, run, bucket, retries, rng, start_until)
+            return await _probe_one(node, target, command, run, bucket, retries, rng)
 
     try:
-        done = await asyncio.gather(*(one(node, target) for node, target in nodes))
-        return [probe for probe in done if probe is not None]
+        return list(await asyncio.gather(*(one(node, target) for node, target in nodes)))
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
 

@@ -12,13 +12,13 @@ turns that into the guarded commands.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from hyperpod_debugger.checks.base import Check
+from hyperpod_debugger.domain.catalog import InstanceSpec, spec_for
+from hyperpod_debugger.domain.checking import Check
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
-from hyperpod_debugger.probe.catalog import InstanceSpec, spec_for
-from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 from hyperpod_debugger.probe.gpu_memory import check_gpu_ecc, check_gpu_row_remap
 from hyperpod_debugger.probe.gpu_set import (
     CSV_ITEM,
@@ -32,6 +32,9 @@ from hyperpod_debugger.probe.gpu_set import (
 )
 from hyperpod_debugger.probe.gpu_thermal import check_gpu_thermal
 from hyperpod_debugger.probe.parse import dcgmi, nvsmi
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 
 NVLINK_ITEM = "nvidia_smi_nvlink_status"
 DCGM_ITEM = "dcgmi_health"

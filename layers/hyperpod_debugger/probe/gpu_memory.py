@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
-from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.gpu_set import (
     NO_ROW,
     Gpu,
@@ -32,6 +31,9 @@ from hyperpod_debugger.probe.gpu_set import (
     row_origin,
 )
 from hyperpod_debugger.probe.parse import nvsmi
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.probe.document import ProbeDocument
 
 RETIRED_PAGES_LIMIT = 60  # the driver retires at most 64 pages; at 60 the GPU is near its end
 

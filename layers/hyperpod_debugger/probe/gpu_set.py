@@ -18,12 +18,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hyperpod_debugger.domain.commands import read_only
 from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import NotApplicable, Unobservable
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
 from hyperpod_debugger.probe.document import MISSING_TOOL_CODES, ProbeDocument, ProbeItem
 from hyperpod_debugger.probe.parse import nvsmi
-from hyperpod_debugger.remediation.suggest import read_only
 
 CSV_ITEM = "nvidia_smi_query_gpu"
 Q_ITEM = "nvidia_smi_q"

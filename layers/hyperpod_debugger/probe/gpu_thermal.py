@@ -11,11 +11,11 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
-from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.gpu_set import (
     NO_ROW,
     Gpu,
@@ -30,6 +30,9 @@ from hyperpod_debugger.probe.gpu_set import (
     row_origin,
 )
 from hyperpod_debugger.probe.parse import nvsmi
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.probe.document import ProbeDocument
 
 HOT_CELSIUS = 85.0  # sustained ≥ 85 °C is where data-centre GPUs start thermal slowdown
 OUTLIER_CELSIUS = 20.0  # one GPU this much hotter than the median of the others is called out

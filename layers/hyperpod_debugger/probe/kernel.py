@@ -18,8 +18,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from hyperpod_debugger.checks.base import Check
+from hyperpod_debugger.domain import catalog
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.xid import (
     PREVIOUS_XID,
@@ -32,9 +35,7 @@ from hyperpod_debugger.domain.xid import (
     parse_xid_codes,
     xid_verdict,
 )
-from hyperpod_debugger.probe import catalog
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
-from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.kernel_evidence import (
     EVIDENCE_LIMIT,
     ON_NODE,
@@ -47,7 +48,9 @@ from hyperpod_debugger.probe.kernel_evidence import (
 from hyperpod_debugger.probe.kernel_faults import CHECK_FAULTS, check_kernel_faults
 from hyperpod_debugger.probe.oom import CHECK_OOM, check_oom
 from hyperpod_debugger.probe.parse.klog import PREVIOUS_BOOT, THIS_BOOT, KernelLine, Recent, recent, window_label
-from hyperpod_debugger.remediation.suggest import read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.probe.document import ProbeDocument
 
 CHECK_XID = "probe.xid"
 

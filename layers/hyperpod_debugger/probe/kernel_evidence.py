@@ -9,11 +9,14 @@ file that is no kernel log at all. This module words those caveats once.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
 from hyperpod_debugger.probe.base import ProbeContext, finding
-from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.parse.klog import KernelLine, Recent, boot_time, not_a_kernel_log, stamp, window_label
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.probe.document import ProbeDocument
 
 EVIDENCE_LIMIT = 10
 ON_NODE = "on the node (SSM session, § K)"

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from hyperpod_debugger.domain.commands import read_only
 from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
-from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.kernel_evidence import (
     EVIDENCE_LIMIT,
     ON_NODE,
@@ -32,7 +33,9 @@ from hyperpod_debugger.probe.parse.klog import (
     recent,
     window_label,
 )
-from hyperpod_debugger.remediation.suggest import read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.probe.document import ProbeDocument
 
 CHECK_FAULTS = "probe.kernel_faults"
 

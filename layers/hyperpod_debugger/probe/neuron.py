@@ -14,15 +14,15 @@ import json
 import re
 from dataclasses import dataclass
 
-from hyperpod_debugger.checks.base import Check
+from hyperpod_debugger.domain.catalog import InstanceSpec, spec_for
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import read_only
 from hyperpod_debugger.domain.model import Finding, NodeAction, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
-from hyperpod_debugger.probe.catalog import InstanceSpec, spec_for
 from hyperpod_debugger.probe.document import TRUNCATION_MARKER, ProbeDocument, ProbeItem
 from hyperpod_debugger.probe.kernel_evidence import unread
 from hyperpod_debugger.probe.parse.klog import PREVIOUS_BOOT, THIS_BOOT, KernelLine, Recent, recent, stamp, window_label
-from hyperpod_debugger.remediation.suggest import read_only
 
 CHECK_DEVICES = "probe.neuron_devices"
 CHECK_RUNTIME = "probe.neuron_runtime"
@@ -69,6 +69,12 @@ _ELIDED = re.compile(r"^\s*\.\.\.\s*$", re.MULTILINE)
 _JSON_DEVICE = re.compile(r'"neuron_device"\s*:\s*(\d+)')
 _JSON_CORES = re.compile(r'"nc_count"\s*:\s*(\d+)')
 _LNC = re.compile(r"^logical-neuroncore-config:\s*(\d+)", re.MULTILINE)
+#: neuron-ls's own words when the driver gives it nothing
+_NO_DEVICES = re.compile(
+    r"Failed to discover neuron devices|No neuron device(?:s)? (?:found|available)"
+    r"|Unable to read device information from the driver",
+    re.IGNORECASE,
+)
 
 
 def _int(value: object) -> int | None:
@@ -199,14 +205,6 @@ def _neuron_spec(ctx: ProbeContext) -> InstanceSpec | None:
     if spec is not None and not spec.neuron_devices:
         raise NotApplicable(f"{ctx.instance_type} has no Neuron devices")
     return spec
-
-
-#: neuron-ls's own words when the driver gives it nothing
-_NO_DEVICES = re.compile(
-    r"Failed to discover neuron devices|No neuron device(?:s)? (?:found|available)"
-    r"|Unable to read device information from the driver",
-    re.IGNORECASE,
-)
 
 
 def check_neuron_devices(doc: ProbeDocument, ctx: ProbeContext) -> list[Finding]:

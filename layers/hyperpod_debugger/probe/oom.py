@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from hyperpod_debugger.domain.commands import read_only
 from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
 from hyperpod_debugger.probe.base import ProbeContext, finding, item
-from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.kernel_evidence import (
     EVIDENCE_LIMIT,
     ON_NODE,
@@ -23,7 +24,9 @@ from hyperpod_debugger.probe.kernel_evidence import (
     unread,
 )
 from hyperpod_debugger.probe.parse.klog import PREVIOUS_BOOT, THIS_BOOT, KernelLine, Recent, recent, window_label
-from hyperpod_debugger.remediation.suggest import read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.probe.document import ProbeDocument
 
 CHECK_OOM = "probe.oom"
 
@@ -146,10 +149,7 @@ class _KillReports:
             # the summary of the report the invoked line opened
             _summarise(pending, line, constraint)
             return
-        if pending is not None:
-            # a known fault, kept as it is: the unfinished report is listed a second time here
-            self.kills.append(pending)
-        self._close_pending()
+        self._close_pending()  # the report before it ends here, its "Killed process" line lost
         self.pending = OomKill([], previous_boot=self.previous_boot)
         _summarise(self.pending, line, constraint)
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from hyperpod_debugger.checks.base import Check
-from hyperpod_debugger.checks.registry import execute
-from hyperpod_debugger.domain.model import CheckCoverage, Finding
+from typing import TYPE_CHECKING
+
+from hyperpod_debugger.domain.checking import execute
 from hyperpod_debugger.probe import efa, fabric, gpu, kernel, neuron, resources, services, timesync
-from hyperpod_debugger.probe.base import ProbeContext
-from hyperpod_debugger.probe.document import ProbeDocument
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.checking import Check
+    from hyperpod_debugger.domain.model import CheckCoverage, Finding
+    from hyperpod_debugger.probe.base import ProbeContext
+    from hyperpod_debugger.probe.document import ProbeDocument
 
 PROBE_CHECKS: tuple[Check, ...] = (
     *gpu.CHECKS,

@@ -11,13 +11,14 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from hyperpod_debugger.checks.base import Check
+from hyperpod_debugger.domain.catalog import spec_for
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
-from hyperpod_debugger.probe.catalog import spec_for
-from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 from hyperpod_debugger.probe.parse.sysparse import (
     TRUNCATED_NOTE,
     BlockDevice,
@@ -39,7 +40,9 @@ from hyperpod_debugger.probe.parse.sysparse import (
     system_item,
     use_percent,
 )
-from hyperpod_debugger.remediation.suggest import read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 
 ROOT = "/"
 SAGEMAKER = "/opt/sagemaker"

@@ -9,15 +9,17 @@ on Slurm nodes, slurmctld on compute nodes. Where it is needed, ``inactive``, ``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from hyperpod_debugger.checks.base import Check
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
-from hyperpod_debugger.probe.document import ProbeDocument
 from hyperpod_debugger.probe.parse.sysparse import TRUNCATED_NOTE, UnitState, cached, parse_is_active, system_item
-from hyperpod_debugger.remediation.suggest import read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.probe.document import ProbeDocument
 
 CHECK = "probe.services"
 SSM_UNITS = ("amazon-ssm-agent", "snap.amazon-ssm-agent.amazon-ssm-agent")

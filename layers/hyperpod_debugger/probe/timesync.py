@@ -6,11 +6,13 @@ check is skipped with that reason, and a timeout makes it UNKNOWN.
 
 from __future__ import annotations
 
-from hyperpod_debugger.checks.base import Check
+from typing import TYPE_CHECKING
+
+from hyperpod_debugger.domain.checking import Check
+from hyperpod_debugger.domain.commands import read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.domain.observations import NotApplicable
 from hyperpod_debugger.probe.base import ProbeContext, finding
-from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 from hyperpod_debugger.probe.parse.sysparse import (
     TRUNCATED_NOTE,
     ChronyTracking,
@@ -20,7 +22,9 @@ from hyperpod_debugger.probe.parse.sysparse import (
     parse_timedatectl,
     raise_timed_out,
 )
-from hyperpod_debugger.remediation.suggest import read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 
 CHECK = "probe.clock"
 #: |offset| at or above these many seconds

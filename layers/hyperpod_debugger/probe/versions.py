@@ -29,9 +29,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
+if TYPE_CHECKING:
+    from hyperpod_debugger.probe.document import ProbeDocument, ProbeItem
 
 State = Literal["read", "absent", "unread"]
 

@@ -1,1 +1,2 @@
-"""What to do about a finding: the investigate → reboot → replace ladder, suggested commands, IaC ownership."""
+"""What to do about a finding: the investigate → reboot → replace ladder, node verdicts, root causes, IaC
+ownership."""

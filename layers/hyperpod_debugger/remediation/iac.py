@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hyperpod_debugger.remediation.suggest import IAC_WARNING
+from hyperpod_debugger.domain.commands import IAC_WARNING
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,19 +18,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from hyperpod_debugger.checks.base import CheckContext
 from hyperpod_debugger.checks.k8s_nodes import pending_recovery
 from hyperpod_debugger.checks.logs import hma_detections
 from hyperpod_debugger.domain import occupancy as occ
+from hyperpod_debugger.domain.commands import aws_argv, batches, mutating, read_only, shell_join
 from hyperpod_debugger.domain.model import STEP_ORDER, Finding, NodeVerdict, SuggestedCommand, Tag
-from hyperpod_debugger.domain.observations import Cluster, ClusterNode, ClusterObservation, Observed
-from hyperpod_debugger.domain.occupancy import Occupancy
 from hyperpod_debugger.remediation.iac import drift_note
 from hyperpod_debugger.remediation.rootcause import link_causes
-from hyperpod_debugger.remediation.suggest import aws_argv, batches, mutating, read_only, shell_join
 from hyperpod_debugger.remediation.verdict import node_verdicts
 from hyperpod_debugger.slurm.parse import parse_state
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.checks.base import CheckContext
+    from hyperpod_debugger.domain.observations import Cluster, ClusterNode, ClusterObservation, Observed
+    from hyperpod_debugger.domain.occupancy import Occupancy
 
 #: How long after HyperPod announced a reboot/replacement we still consider it under way.
 #: A replacement normally takes 20-30 minutes.

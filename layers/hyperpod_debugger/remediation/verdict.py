@@ -13,10 +13,13 @@ fixes the node; a P0 the rung does not fix (a full disk, a stopped service) is l
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from hyperpod_debugger.domain.model import Finding, NodeProblem, NodeVerdict, Priority, Tag, VerdictState
-from hyperpod_debugger.domain.observations import ClusterNode
 from hyperpod_debugger.remediation.rootcause import reference
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import ClusterNode
 
 #: weight of each state: the node takes the weightiest of its findings'
 RANK: dict[str, int] = {

@@ -10,15 +10,18 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from hyperpod_debugger.agent.runbook import support_checklist
-from hyperpod_debugger.aws.store import HistoryRecord
-from hyperpod_debugger.domain.observations import Cluster, ClusterEvent, NodeDetail
 from hyperpod_debugger.domain.sections import pointer
 from hyperpod_debugger.domain.untrusted import markdown_code, markdown_text
 from hyperpod_debugger.lifecycle.findings import State, StoredFinding
+from hyperpod_debugger.report.runbook import support_checklist
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import Cluster, ClusterEvent, NodeDetail
+    from hyperpod_debugger.store.findings import HistoryRecord
 
 #: evidence lines of each open finding the draft quotes (the case links the rest)
 EVIDENCE_LINES = 12

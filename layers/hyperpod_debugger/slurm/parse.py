@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from hyperpod_debugger.domain.orchestrators import SlurmJob
+
 # --------------------------------------------------------------------------- the query
 
 #: Sections of the query, in the order the command prints them.
@@ -495,21 +497,6 @@ def _parse_squeue_table(lines: list[str]) -> list[SqueueJob]:
             )
         )
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class SlurmJob:
-    """One job that occupies nodes, from the ``jobs`` section (``%i|%T|%u|%D|%N|%j``)."""
-
-    job_id: str
-    state: str
-    user: str
-    #: squeue's node count (``%D``); None when it printed something else
-    node_count: int | None
-    #: every node the job holds (the hostlist expanded)
-    nodes: tuple[str, ...]
-    name: str
-    line: str
 
 
 def parse_jobs(text: str) -> list[SlurmJob] | None:

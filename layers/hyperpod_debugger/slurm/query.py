@@ -6,14 +6,17 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
-from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments
 from hyperpod_debugger.aws.ssm_types import CommandResult, SessionError, TargetError, session_target
 from hyperpod_debugger.domain.observations import ApiFailure, Cluster, ClusterNode, Observed
 from hyperpod_debugger.domain.orchestrators import SlurmController, SlurmObservation
-from hyperpod_debugger.probe.fleet import Runner
 from hyperpod_debugger.slurm.parse import controller_up, parse_query_output, slurm_query_command
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.aws.clients import AwsClients
+    from hyperpod_debugger.aws.ssm_types import Runner
 
 #: Group names that mark controller candidates; only ``scontrol ping`` confirms one.
 _CANDIDATE_GROUP = re.compile(r"controller|head|master|login", re.I)

@@ -6,7 +6,6 @@ One module per concern: :mod:`.alignment`, :mod:`.addresses` (free IPs, the ENI 
 
 from __future__ import annotations
 
-from hyperpod_debugger.checks.base import Check
 from hyperpod_debugger.checks.vpc.addresses import check_eni_quota, check_subnet_ips
 from hyperpod_debugger.checks.vpc.alignment import check_alignment
 from hyperpod_debugger.checks.vpc.common import (
@@ -20,6 +19,7 @@ from hyperpod_debugger.checks.vpc.common import (
 from hyperpod_debugger.checks.vpc.dns import check_dns
 from hyperpod_debugger.checks.vpc.endpoints import check_endpoints
 from hyperpod_debugger.checks.vpc.routing import check_routing
+from hyperpod_debugger.domain.checking import Check
 
 CHECKS: tuple[Check, ...] = (
     Check(

@@ -16,12 +16,12 @@ from hyperpod_debugger.checks.vpc.common import (
     require_subnet_ids,
     subnet_line,
 )
+from hyperpod_debugger.domain.commands import aws_argv, mutating, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import (
     ClusterObservation,
     NotApplicable,
 )
-from hyperpod_debugger.remediation.suggest import aws_argv, mutating, read_only
 
 
 def check_subnet_ips(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hyperpod_debugger.checks.base import CheckContext, finding
 from hyperpod_debugger.checks.vpc.common import (
     CHECK_ALIGNMENT,
     distinct_configs,
 )
+from hyperpod_debugger.domain.commands import aws_argv, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
-from hyperpod_debugger.domain.observations import (
-    ClusterObservation,
-    SecurityGroup,
-    Subnet,
-    VpcConfig,
-)
-from hyperpod_debugger.remediation.suggest import aws_argv, read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import (
+        ClusterObservation,
+        SecurityGroup,
+        Subnet,
+        VpcConfig,
+    )
 
 
 def check_alignment(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:

@@ -7,12 +7,12 @@ from hyperpod_debugger.checks.vpc.common import (
     CHECK_DNS,
     require_subnet_ids,
 )
+from hyperpod_debugger.domain.commands import aws_argv, json_arg, mutating, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag
 from hyperpod_debugger.domain.observations import (
     ClusterObservation,
     NotApplicable,
 )
-from hyperpod_debugger.remediation.suggest import aws_argv, json_arg, mutating, read_only
 
 
 def _dns_commands(obs: ClusterObservation, vpc_id: str, flag: str, attribute: str) -> list[SuggestedCommand]:

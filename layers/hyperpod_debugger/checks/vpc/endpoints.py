@@ -14,6 +14,7 @@ from hyperpod_debugger.checks.vpc.common import (
     route_line,
     route_table_for,
 )
+from hyperpod_debugger.domain.commands import aws_argv, mutating, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, SuggestedCommand, Tag, trim_evidence
 from hyperpod_debugger.domain.observations import (
     ClusterObservation,
@@ -21,7 +22,6 @@ from hyperpod_debugger.domain.observations import (
     Subnet,
     VpcEndpoint,
 )
-from hyperpod_debugger.remediation.suggest import aws_argv, mutating, read_only
 
 
 def _egress(table: RouteTable) -> str | None:

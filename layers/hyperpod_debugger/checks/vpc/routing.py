@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hyperpod_debugger.checks.base import CheckContext, finding
 from hyperpod_debugger.checks.vpc.common import (
     CHECK_ROUTING,
@@ -11,12 +13,14 @@ from hyperpod_debugger.checks.vpc.common import (
     route_line,
     route_table_for,
 )
+from hyperpod_debugger.domain.commands import aws_argv, read_only
 from hyperpod_debugger.domain.model import Finding, Priority, Tag, trim_evidence
-from hyperpod_debugger.domain.observations import (
-    ClusterObservation,
-    RouteTable,
-)
-from hyperpod_debugger.remediation.suggest import aws_argv, read_only
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import (
+        ClusterObservation,
+        RouteTable,
+    )
 
 
 def check_routing(obs: ClusterObservation, ctx: CheckContext) -> list[Finding]:

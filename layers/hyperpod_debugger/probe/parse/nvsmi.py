@@ -104,7 +104,7 @@ _FLAG_WORDS = {
 def flag(value: str | None) -> bool | None:
     """``Active``/``Yes``/``Enabled``/``1`` → True, ``Not Active``/``No``/``Disabled``/``0`` → False.
 
-    A count reads as "any": ``4`` → True (weak spot 15: pending may be printed as a number or Yes/No)."""
+    A count reads as "any": ``4`` → True (some drivers print a pending count where others print Yes/No)."""
     if value is None:
         return None
     known = _FLAG_WORDS.get(value)
@@ -429,11 +429,6 @@ class QGpu:
     def under(self, *prefix: str) -> list[QEntry]:
         size = len(prefix)
         return [e for e in self.entries if len(e.path) > size and e.path[:size] == prefix]
-
-    @property
-    def product_name(self) -> str | None:
-        entry = self.get("product name")
-        return entry.value if entry and not is_missing(entry.value) else None
 
 
 @dataclass(frozen=True, slots=True)

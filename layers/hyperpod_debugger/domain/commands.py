@@ -1,4 +1,5 @@
-"""Suggested commands: built from argv lists, every value shell-quoted, never run by us.
+"""Suggested commands: built from argv lists, every value shell-quoted, never run by us; and the read-only
+commands several checks offer, built in one place.
 
 Checks describe what an operator may run; nothing in this package executes these strings.
 Building a command from a list of arguments and quoting each one keeps hostile names (an
@@ -10,8 +11,13 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
+from hyperpod_debugger.domain.aws_types import ec2_type
 from hyperpod_debugger.domain.model import Step, SuggestedCommand
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.domain.observations import Cluster
 
 #: SageMaker accepts at most this many node ids per BatchReboot/BatchReplaceClusterNodes call.
 BATCH_NODE_LIMIT = 25
@@ -77,3 +83,48 @@ def batches(ids: Sequence[str], size: int = BATCH_NODE_LIMIT) -> Iterator[list[s
 
 def aws_argv(service: str, operation: str, region: str, *args: str) -> list[str]:
     return ["aws", service, operation, "--region", region, *args]
+
+
+# --------------------------------------------------------------------------- offered by several checks
+
+
+def sagemaker_argv(cluster: Cluster, operation: str, *args: str) -> list[str]:
+    """``aws sagemaker <operation> --region R --cluster-name N …`` for this cluster."""
+    return aws_argv("sagemaker", operation, cluster.region, "--cluster-name", cluster.name, *args)
+
+
+def describe_node(cluster: Cluster, instance_id: str, purpose: str) -> SuggestedCommand:
+    return read_only(sagemaker_argv(cluster, "describe-cluster-node", "--node-id", instance_id), purpose)
+
+
+def offerings(cluster: Cluster, instance_type: str) -> SuggestedCommand:
+    return read_only(
+        aws_argv(
+            "ec2",
+            "describe-instance-type-offerings",
+            cluster.region,
+            "--location-type",
+            "availability-zone",
+            "--filters",
+            f"Name=instance-type,Values={ec2_type(instance_type)}",
+        ),
+        "List the Availability Zones that offer this instance type",
+    )
+
+
+def tail_log_stream(region: str, group_name: str, stream: str) -> SuggestedCommand:
+    return read_only(
+        aws_argv(
+            "logs",
+            "get-log-events",
+            region,
+            "--log-group-name",
+            group_name,
+            "--log-stream-name",
+            stream,
+            "--limit",
+            "100",
+            "--no-start-from-head",
+        ),
+        "Read the last 100 lines of this log stream.",
+    )

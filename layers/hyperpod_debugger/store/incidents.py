@@ -18,11 +18,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, call
-from hyperpod_debugger.aws.store import HISTORY_TTL, cluster_pk, plain, typed
 from hyperpod_debugger.domain.model import Priority
 from hyperpod_debugger.lifecycle.incidents import (
     Explained,
@@ -34,6 +32,10 @@ from hyperpod_debugger.lifecycle.incidents import (
     NodeIssue,
     StoredIncident,
 )
+from hyperpod_debugger.store.findings import HISTORY_TTL, cluster_pk, plain, typed
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.aws.clients import AwsClients
 
 INCIDENT_PREFIX = "INCIDENT#"
 BASELINE_SK = "BASELINE"

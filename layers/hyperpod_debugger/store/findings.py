@@ -30,12 +30,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, call, error_code
 from hyperpod_debugger.domain.model import Priority, Tag
 from hyperpod_debugger.lifecycle.findings import (
@@ -48,6 +47,9 @@ from hyperpod_debugger.lifecycle.findings import (
     iso,
     parse_iso,
 )
+
+if TYPE_CHECKING:
+    from hyperpod_debugger.aws.clients import AwsClients
 
 HISTORY_TTL = timedelta(days=90)
 PROBED_TTL = timedelta(days=7)

@@ -1,17 +1,47 @@
-"""``hyperpod-debugger findings stats``: a cluster's findings history over a period, as a monthly review reads
-it (text), or as data (``--json``). The figures come from :mod:`hyperpod_debugger.lifecycle.stats`; the words
-for them are there."""
+"""``hyperpod-debugger findings stats``: a cluster's findings history over a period, read from the findings
+table, as a monthly review reads it (text), or as data (``--json``). The figures come from
+:mod:`hyperpod_debugger.lifecycle.stats`; the words for them are there."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from hyperpod_debugger.lifecycle.stats import FleetStats
+from hyperpod_debugger.lifecycle.findings import parse_iso
+from hyperpod_debugger.lifecycle.stats import Transition, fleet_stats
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from hyperpod_debugger.lifecycle.stats import FleetStats
 
 By = Literal["node", "group", "type", "check", "cause"]
 BY: tuple[By, ...] = ("node", "group", "type", "check", "cause")
 #: rows a text table shows (``--json`` has them all)
 ROWS = 15
+
+
+def history_stats(store: Any, arn: str, name: str, period: tuple[datetime, datetime]) -> FleetStats:
+    """The review of ``period``: the cluster's transitions (one paged Query on ``by_cluster``) and its findings
+    open now (one Query on its partition), summed by :func:`~hyperpod_debugger.lifecycle.stats.fleet_stats`."""
+    since, until = period
+    transitions = [
+        Transition(
+            at=parse_iso(r.at),
+            fingerprint=r.fingerprint,
+            transition=r.transition,
+            check=r.check,
+            tag=r.tag,
+            priority=r.priority,
+            section=r.section,
+            instance_id=r.instance_id,
+            instance_group=r.instance_group,
+            instance_type=r.instance_type,
+            node_logical_id=r.node_logical_id,
+        )
+        for r in store.cluster_history(arn, since, until)
+    ]
+    open_now = [f for f in store.open_findings(arn).values() if parse_iso(f.first_seen) <= until]
+    return fleet_stats(name, transitions, open_now, since, until)
 
 
 def _h(hours: float | None) -> str:
