@@ -309,7 +309,7 @@ def _collect(req: TriageRequest, clients: AwsClients, cluster: Cluster, now: dat
         if not req.probe:
             obs.slurm = Observed.skip("reading Slurm needs a session on the controller, and probing was not asked for")
         elif obs.nodes.available and obs.nodes.value is not None:
-            from hyperpod_debugger.probe.runner import ssm_runner  # the session runner loads when a run probes
+            from hyperpod_debugger.probe.pinned import ssm_runner
             from hyperpod_debugger.slurm.query import query_controller
 
             obs.slurm = query_controller(
@@ -355,8 +355,6 @@ def _probe(
 ) -> tuple[list[str], dict[str, dict[str, str]]] | None:
     """The on-node probes (suspects first), their findings and coverage added; the nodes probed and what each
     runs (None: no probe ran)."""
-    from hyperpod_debugger.probe.runner import probe_cluster  # the runner loads when a run probes
-
     if req.probe and req.probe_options.max_nodes <= 0:
         reason = "no node probes in this run (max 0 nodes): they run separately, in batches"
         checks.append(CheckCoverage(check="probe.session", status=CheckStatus.SKIPPED, reason=reason))
@@ -365,6 +363,8 @@ def _probe(
         reason = "not asked for (--no-probe)" if not req.probe else "the node list could not be read"
         checks.append(CheckCoverage(check="probe.session", status=CheckStatus.SKIPPED, reason=reason))
         return None
+    from hyperpod_debugger.probe.runner import probe_cluster  # the runner and its evaluators load when a run probes
+
     probed = probe_cluster(
         clients,
         cluster,

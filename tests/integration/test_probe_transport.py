@@ -194,7 +194,7 @@ def test_a_command_no_pinned_document_carries_is_refused_before_any_call(pinned)
     import asyncio
 
     from hyperpod_debugger.aws.ssm_types import SessionError
-    from hyperpod_debugger.probe.runner import ssm_runner
+    from hyperpod_debugger.probe.pinned import ssm_runner
 
     (demo, ssm, targets, _), documents = pinned
     calls = len(ssm.start_calls)

@@ -9,10 +9,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import partial
 from typing import TYPE_CHECKING
 
-from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments, pinned_nonce
 from hyperpod_debugger.aws.ssm_types import CommandResult, Runner, SessionError, TargetError, session_target
 from hyperpod_debugger.domain.model import CheckCoverage, CheckStatus, Finding
 from hyperpod_debugger.probe import consistency, versions
@@ -21,11 +19,12 @@ from hyperpod_debugger.probe.base import ProbeContext
 from hyperpod_debugger.probe.delivery import probe_command
 from hyperpod_debugger.probe.fleet import NodeProbe, order_nodes, outcome_findings, probe_fleet
 from hyperpod_debugger.probe.pace import PaceReport, SessionPace, throttle_count
-from hyperpod_debugger.probe.pinned import command_of
+from hyperpod_debugger.probe.pinned import ssm_runner
 from hyperpod_debugger.probe.registry import evaluate
 
 if TYPE_CHECKING:
     from hyperpod_debugger.aws.clients import AwsClients
+    from hyperpod_debugger.aws.ssm_documents import SessionDocuments
     from hyperpod_debugger.domain.observations import Cluster, ClusterNode
     from hyperpod_debugger.probe.options import ProbeOptions
 
@@ -88,30 +87,6 @@ def select_nodes(
     if len(chosen) < len(ready):
         note += f" (capped at {max_nodes}; suspect and accelerator nodes first)"
     return chosen, note
-
-
-def ssm_runner(clients: AwsClients, region: str, timeout: float, documents: SessionDocuments = NO_DOCUMENTS) -> Runner:
-    """Commands through Session Manager. With pinned ``documents`` a command runs only through the
-    document that carries it; a command no document carries is refused before any call."""
-    from hyperpod_debugger.aws import ssm_session
-
-    run = partial(
-        ssm_session.run_command,
-        clients.client("ssm"),
-        credentials=clients.credentials(),
-        region=region,
-        timeout=timeout,
-    )
-    if not documents:
-        return run
-
-    async def pinned(target: str, command: str) -> CommandResult:
-        document = documents.for_command(command, command_of)
-        if document is None:
-            raise SessionError("DENIED", "no pinned session document carries this command: it is not run")
-        return await run(target, command, document=document, nonce=pinned_nonce(command))
-
-    return pinned
 
 
 def _role(cluster: Cluster, node: ClusterNode, controllers: set[str]) -> str:
