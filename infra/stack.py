@@ -235,7 +235,7 @@ ACKNOWLEDGEMENTS: dict[str, str] = {
         "sagemaker List/Describe on clusters the operator has not named in advance, ec2 Describe*, "
         "service-quotas:GetServiceQuota, logs reads across /aws/sagemaker/Clusters/* groups, "
         "ssmmessages:OpenDataChannel (no resource type), ssm:StartSession toward sagemaker-cluster: targets "
-        "(AWS documents no resource ARN for them; a Deny limits the documents to the stack's two pinned, "
+        "(AWS documents no resource ARN for them; a Deny limits the documents to the stack's pinned, "
         "fixed-command ones), X-Ray trace writes and the Step Functions log-delivery APIs (both documented as "
         "resource '*' only). No write action on HyperPod, EC2 or EKS."
     ),

@@ -72,7 +72,11 @@ OUTBOX_VISIBILITY_S = 360
 OUTBOX_MAX_RECEIVES = 200
 OUTBOX_RETENTION_S = 4 * 24 * 3600
 #: The pinned Session documents, by kind (the stack lets CloudFormation name them).
-SESSION_DOCUMENT_NAMES = {"probe": "HyperPodDebugger-Probe", "slurm": "HyperPodDebugger-SlurmQuery"}
+SESSION_DOCUMENT_NAMES = {
+    "probe": "HyperPodDebugger-Probe",
+    "slurm": "HyperPodDebugger-SlurmQuery",
+    "jobs": "HyperPodDebugger-SlurmJobs",
+}
 #: The idempotency table's key and TTL attribute, as the stack creates it (Powertools' defaults).
 IDEMPOTENCY_KEY = "id"
 IDEMPOTENCY_TTL = "expiration"

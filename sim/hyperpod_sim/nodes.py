@@ -26,9 +26,10 @@ def add_probe_node(
     controller: bool = False,
     faults: Iterable[str] = (),
     slurm_reply: str | None = None,
+    jobs_reply: str | None = None,
 ) -> str:
-    """Register a node that runs the probe (and, on a Slurm controller, the read-only Slurm query);
-    any other command gets "command not found" (exit 127)."""
+    """Register a node that runs the probe (and, on a Slurm controller, the read-only Slurm query and the jobs
+    command); any other command gets "command not found" (exit 127)."""
     spec = spec_for(instance_type)
     doc = node_document(
         hostname,
@@ -44,6 +45,8 @@ def add_probe_node(
     def respond(command: str) -> NodeReply:
         if slurm_reply is not None and "==HPD:ping==" in command:  # the read-only Slurm query
             return NodeReply(stdout=slurm_reply.encode(), stderr=b"", exit_code=0)
+        if jobs_reply is not None and "==HPD:jobs_live==" in command:  # the read-only Slurm jobs command
+            return NodeReply(stdout=jobs_reply.encode(), stderr=b"", exit_code=0)
         if decode_command(command) is None:
             return NodeReply(stdout=b"", stderr=b"bash: unexpected command\n", exit_code=127)
         return NodeReply(stdout=body.encode(), stderr=b"", exit_code=0)

@@ -29,9 +29,10 @@ def documents(template: Template) -> Mapping[str, Mapping[str, Any]]:
     return template.find_resources("AWS::SSM::Document")
 
 
-def test_two_pinned_session_documents_carry_the_cores_commands(template: Template):
+def test_three_pinned_session_documents_carry_the_cores_commands(template: Template):
+    # the probe, the Slurm controller's query, and its jobs (the job diagnosis)
     docs = list(documents(template).values())
-    assert len(docs) == 2
+    assert len(docs) == 3
     contents = sorted((d["Properties"]["Content"] for d in docs), key=json.dumps)
     assert contents == sorted(
         (ssm_documents.document_content(k, command_of(k)) for k in ssm_documents.KINDS), key=json.dumps
@@ -63,7 +64,7 @@ def test_probing_functions_are_told_the_document_names(every_setting: Template, 
     setting = json.dumps(
         _function(every_setting, handler)["Properties"]["Environment"]["Variables"]["SESSION_DOCUMENTS"]
     )
-    assert "ProbeDocument" in setting and "SlurmDocument" in setting
+    assert "ProbeDocument" in setting and "SlurmDocument" in setting and "JobsDocument" in setting
 
 
 @pytest.mark.parametrize("handler", PROBING)

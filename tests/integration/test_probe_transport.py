@@ -161,7 +161,7 @@ def test_no_probe_leaves_the_nodes_alone(world):
 
 @pytest.fixture
 def pinned(world):
-    """The stack's two pinned Session documents, created in the fake Session Manager."""
+    """The stack's pinned Session documents, created in the fake Session Manager."""
     from hyperpod_debugger.aws.ssm_documents import SessionDocuments
     from hyperpod_sim.lambda_harness import create_session_documents
 

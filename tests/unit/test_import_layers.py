@@ -31,6 +31,7 @@ RANKS: dict[str, int] = {
     "triage": 6,  # the runs: a cluster triage, a probe batch of the sweep, and the report every run hands back
     "probe_batch": 6,
     "run_report": 6,
+    "job_diagnosis": 6,
     "notify": 6,
     "report": 6,
     "cli": 7,

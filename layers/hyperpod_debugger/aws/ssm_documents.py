@@ -1,4 +1,4 @@
-"""Pinned Session Manager documents: the monitor's sessions can run the probe and the Slurm query only.
+"""Pinned Session Manager documents: the monitor's sessions can run the probe and the Slurm reads only.
 
 With ``AWS-StartNonInteractiveCommand`` the caller chooses the command, so any role allowed to start a
 session could run anything, as root, on any node it can reach. The monitor's stack instead creates one
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 #: The tag on every pinned document; the roles' Deny refuses sessions with any document without it.
 TAG_KEY = "hyperpod-debugger:session-document"
 TAG_VALUE = "pinned"
-KINDS = ("probe", "slurm")
+#: the probe, the Slurm controller's query, and its jobs (for the job diagnosis)
+KINDS = ("probe", "slurm", "jobs")
 
 
 def pinned_nonce(command: str) -> str:
@@ -68,10 +69,12 @@ class SessionDocuments:
 
     probe: str | None = None
     slurm: str | None = None
+    jobs: str | None = None
 
     @classmethod
     def from_setting(cls, value: str | None) -> SessionDocuments:
-        """``{"probe": "<name>", "slurm": "<name>"}``. Raises ``ValueError`` for anything else."""
+        """``{"probe": "<name>", "slurm": "<name>", "jobs": "<name>"}`` (any of them). Raises ``ValueError`` for
+        anything else."""
         if not value:
             return cls()
         try:
@@ -84,7 +87,7 @@ class SessionDocuments:
         return cls(**data)
 
     def __bool__(self) -> bool:
-        return bool(self.probe or self.slurm)
+        return bool(self.probe or self.slurm or self.jobs)
 
     def for_command(self, command: str, command_of: Callable[[str], str]) -> str | None:
         """The document that carries ``command``, or None; ``command_of`` gives the command of each kind."""

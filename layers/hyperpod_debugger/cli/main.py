@@ -1,5 +1,5 @@
-"""``hyperpod-debugger``: triage | probe | analyze | findings | support-case | mcp | probe-script | runbook | demo |
-schema | iam-policy.
+"""``hyperpod-debugger``: triage | probe | job | analyze | findings | support-case | mcp | probe-script | runbook |
+demo | schema | iam-policy.
 
 Exit codes (:data:`EXIT_CODES`): 0 no problem at or above --fail-on; 1 such a problem; 2 invalid arguments
 or input; 3 could not look (no usable credentials, no such cluster, access denied to the first calls, an
@@ -21,6 +21,7 @@ from typing import Any, Literal
 from hyperpod_debugger import __version__
 from hyperpod_debugger.aws.region import region_for
 from hyperpod_debugger.cli import findings as findings_cli
+from hyperpod_debugger.cli import job as job_cli
 from hyperpod_debugger.cli import support_case as support_case_cli
 from hyperpod_debugger.cli.common import PROFILE_HELP, REGION_HELP
 from hyperpod_debugger.domain import validate
@@ -51,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_triage(sub)
     _add_probe(sub)
+    job_cli.add_parser(sub)
     _add_demo(sub)
     _add_analyze(sub)
     findings_cli.add_parser(sub)
@@ -659,6 +661,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = {
         "triage": cmd_triage,
         "probe": cmd_triage,
+        "job": job_cli.cmd_job,
         "demo": cmd_demo,
         "analyze": cmd_analyze,
         "findings": findings_cli.cmd_findings,

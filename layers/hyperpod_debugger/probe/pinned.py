@@ -1,8 +1,8 @@
-"""The commands the monitor's pinned Session documents carry, by kind: probe.sh as it travels to the node, and
-the Slurm controller's read-only query. :mod:`hyperpod_debugger.aws.ssm_documents` wraps each in its document
-(the stack creates them) and finds the document of a command; it learns the commands here. And the runner that
-sends a command through Session Manager, through the document that carries it (the probe run and the Slurm
-controller's query both use it)."""
+"""The commands the monitor's pinned Session documents carry, by kind: probe.sh as it travels to the node, the
+Slurm controller's read-only query, and its jobs. :mod:`hyperpod_debugger.aws.ssm_documents` wraps each in its
+document (the stack creates them) and finds the document of a command; it learns the commands here. And the
+runner that sends a command through Session Manager, through the document that carries it (the probe run and
+the Slurm reads use it)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def command_of(kind: str) -> str:
         from hyperpod_debugger.slurm.parse import slurm_query_command  # the Slurm parsers: loaded for Slurm only
 
         return slurm_query_command()
+    if kind == "jobs":
+        from hyperpod_debugger.slurm.jobs import jobs_command  # the Slurm jobs reader: loaded for a job only
+
+        return jobs_command()
     raise ValueError(f"no pinned session document of kind {kind!r} (known: {', '.join(KINDS)})")
 
 

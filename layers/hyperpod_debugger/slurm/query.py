@@ -12,6 +12,7 @@ from hyperpod_debugger.aws.ssm_documents import NO_DOCUMENTS, SessionDocuments
 from hyperpod_debugger.aws.ssm_types import CommandResult, SessionError, TargetError, session_target
 from hyperpod_debugger.domain.observations import ApiFailure, Cluster, ClusterNode, Observed
 from hyperpod_debugger.domain.orchestrators import SlurmController, SlurmObservation
+from hyperpod_debugger.slurm.jobs import JOBS_KEYS, JobsRead, jobs_command, parse_jobs_output
 from hyperpod_debugger.slurm.parse import controller_up, parse_query_output, slurm_query_command
 
 if TYPE_CHECKING:
@@ -80,4 +81,41 @@ def query_controller(
             SlurmObservation(SlurmController(node.instance_id, node.group, "group name"), outputs, mapping)
         )
     assert last_failure is not None
+    return Observed.failed(last_failure)
+
+
+def read_jobs(
+    clients: AwsClients,
+    cluster: Cluster,
+    nodes: Sequence[ClusterNode],
+    *,
+    runner_factory: Callable[[AwsClients, str, float, SessionDocuments], Runner],
+    timeout: float,
+    documents: SessionDocuments = NO_DOCUMENTS,
+) -> Observed[JobsRead]:
+    """The jobs the controller holds and accounting's last days (:func:`hyperpod_debugger.slurm.jobs.jobs_command`),
+    from the first controller candidate whose answer carries them."""
+    picks = candidates(nodes)[:MAX_CANDIDATES]
+    if not picks:
+        return Observed.skip("no Running node in a controller/head/login instance group to ask")
+    run = runner_factory(clients, cluster.region, timeout, documents)
+    command = jobs_command()
+    last_failure = ApiFailure("ssm:StartSession", "error", "no candidate answered")
+    for node in picks:
+        try:
+            target = session_target(cluster.arn, node.group, node.instance_id)
+            result = asyncio.run(_awaited(run(target, command)))
+        except TargetError as exc:
+            last_failure = ApiFailure("ssm:StartSession", "error", str(exc))
+            continue
+        except SessionError as exc:
+            kind = _OUTCOME_KIND.get(exc.outcome, "error")
+            last_failure = ApiFailure("ssm:StartSession", kind, f"{node.instance_id}: {exc.message}")  # type: ignore[arg-type]
+            continue
+        read = parse_jobs_output(result.stdout.decode("utf-8", errors="replace"))
+        if read.live or read.history or len(read.errors) < len(JOBS_KEYS):
+            return Observed.ok(read)
+        last_failure = ApiFailure(
+            "ssm:StartSession", "malformed", f"{node.instance_id}: {'; '.join(read.errors.values())}"
+        )
     return Observed.failed(last_failure)

@@ -1,0 +1,111 @@
+"""Why did my job die, end to end on the simulator (issue 33): the job read on the Slurm controller through the
+fake Session Manager, the cluster read from moto, and the answer each scenario fixes
+(sim/hyperpod_sim/job_scenarios.py): a job that died on a faulty node, one that died of a cluster-wide cause,
+and one that died of its own fault."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from hyperpod_debugger.aws.clients import AwsClients
+from hyperpod_debugger.job_diagnosis import JobRequest, diagnose_job
+from hyperpod_debugger.probe.options import ProbeOptions
+from hyperpod_debugger.report.job import render_json, render_text
+from hyperpod_sim import job_scenarios
+from hyperpod_sim.fake_ssm import FakeSsm
+from hyperpod_sim.scenarios import REGION
+from hyperpod_sim.server import simulated_aws
+
+FAST = ProbeOptions(rate=50.0, timeout=5.0)
+
+
+@pytest.fixture(scope="module")
+def _world():
+    now = datetime.now(UTC)
+    with simulated_aws() as endpoint, FakeSsm(start_session_rate=50.0) as ssm:
+        world = job_scenarios.seed_jobs(AwsClients(REGION, max_attempts=1), now)
+        job_scenarios.register_job_nodes(ssm, world, now)
+        yield world, ssm, now, endpoint
+
+
+@pytest.fixture
+def world(_world, monkeypatch):
+    world, ssm, now, endpoint = _world
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SSM", ssm.endpoint_url)
+    yield world, ssm, now
+    assert ssm.wait_idle() and ssm.open_sessions() == 0
+
+
+def _diagnose(job: job_scenarios.Job, now: datetime, **kw):
+    return diagnose_job(
+        JobRequest(cluster=job.cluster, region=REGION, job=job.job_id, now=now, probe_options=FAST, **kw)
+    )
+
+
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["faulty-node", "own-fault", "cluster-wide"])
+def test_each_job_gets_the_answer_its_scenario_fixes(world, index):
+    world, _, now = world
+    job = world.jobs[index]
+    run = _diagnose(job, now)
+    assert run.error is None and run.diagnosis is not None
+    diagnosis = run.diagnosis
+    assert diagnosis.kind == job.expected, diagnosis.conclusion
+    assert diagnosis.job.state == job.state and len(diagnosis.job.nodes) == len(job.workers)
+    assert all(n.instance_id for n in diagnosis.job.nodes)  # every Slurm node name resolved to its instance
+    likely = [c.instance_id for c in diagnosis.culprits if c.strength == "likely"]
+    assert likely == ([world.worker(job, job.culprit)] if job.culprit is not None else [])
+    text = render_text(diagnosis)
+    assert f"Job {job.job_id} ({job.name}, {job.user})" in text and "Read:" in text
+    assert render_json(diagnosis).startswith("{")
+
+
+def test_the_faulty_node_is_placed_by_its_health_agent_detection_inside_the_window(world):
+    world, _, now = world
+    diagnosis = _diagnose(world.jobs[0], now).diagnosis
+    assert diagnosis is not None
+    [culprit] = diagnosis.culprits
+    [placed] = [p for p in culprit.evidence if p.evidence.source == "health_agent"]
+    # the scenario: the job started ten hours ago, Xid 79 an hour later, the job ended two minutes after that
+    assert placed.evidence.message.startswith("the health agent detected Xid 79")
+    assert placed.when.endswith("60 min into the job")
+
+
+def test_the_cluster_wide_cause_is_the_efa_security_group(world):
+    world, _, now = world
+    diagnosis = _diagnose(world.jobs[2], now).diagnosis
+    assert diagnosis is not None
+    assert diagnosis.common and diagnosis.common[0].evidence.section == "A"
+
+
+def test_a_job_the_controller_does_not_know_is_said_so_not_guessed(world):
+    world, _, now = world
+    missing = job_scenarios.Job(job_scenarios.JOBS_CLUSTER, "999", "", "", "", "", (), now, now, "own")
+    run = _diagnose(missing, now)
+    assert run.diagnosis is None and run.error_kind == "job_not_found"
+    assert "job 999 is not among the jobs the controller holds" in (run.error or "")
+
+
+def test_nothing_sent_to_a_node_writes(world):
+    world, ssm, now = world
+    _diagnose(world.jobs[1], now)
+    commands = ["".join(ssm.session(i).parameters.get("command", [])) for i in ssm.session_ids()]
+    assert any("scontrol show job" in c for c in commands)
+    for command in commands:  # the jobs command, the Slurm query and probe.sh, nothing else
+        assert not any(w in command for w in ("scancel", "scontrol update", "scontrol requeue", "sbatch"))
+
+
+def test_every_call_the_diagnosis_makes_is_in_the_policy_the_cli_prints(world):
+    from hyperpod_debugger.aws.iam import policy_document
+
+    world, _, now = world
+    clients = AwsClients(REGION, max_attempts=1)
+    diagnose_job(
+        JobRequest(cluster=world.jobs[0].cluster, region=REGION, job="4123", now=now, probe_options=FAST), clients
+    )
+    granted = {a for s in policy_document()["Statement"] for a in s["Action"]}
+    made = set(clients.calls) - {"sts:GetCallerIdentity"}  # needs no permission
+    assert {"sagemaker:DescribeCluster", "sagemaker:ListClusterNodes", "ssm:StartSession"} <= made
+    assert made <= granted, made - granted
