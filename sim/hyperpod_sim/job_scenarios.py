@@ -4,7 +4,10 @@
   - job **4123** ``llama-70b-pretrain`` (alice) ran on all four workers and ended ``NODE_FAIL`` nine hours ago,
     two minutes after worker 2's health agent logged Xid 79 (the GPU fell off the bus): **worker 2 did it**;
   - job **4131** ``sft-ablation`` (bob) ran on workers 0 and 1 and ended ``OUT_OF_MEMORY`` twenty minutes ago;
-    both nodes are healthy: **the job's own fault**.
+    both nodes are healthy: **the job's own fault**;
+  - job **4140** ``eval-harness`` (dave) failed with exit 1 five hours ago on workers 0 and 1; only the monitor's
+    findings history knows why: worker 1 had a pending GPU row remap from half an hour before the job ended
+    until a reboot two hours after (:func:`seed_history`): **worker 1 did it**, and without the table nothing says so.
 * ``ml-slurm-efa`` (a controller and two workers) lost the EFA security group's rule that lets the group's
   own traffic in:
   - job **77** ``nccl-allreduce-test`` (carol) failed with exit 1 twelve minutes ago on both workers, neither of
@@ -50,50 +53,23 @@ class Job:
     #: what the diagnosis must say: "node" (with the worker index that did it), "cluster" or "own"
     expected: str
     culprit: int | None = None
+    #: only the monitor's findings history explains it (``--table``)
+    needs_table: bool = False
 
 
 def jobs(now: datetime) -> list[Job]:
     """The scenario's jobs, their times relative to ``now``."""
-    crash = now - timedelta(hours=9) + timedelta(minutes=2)
+    ago = lambda **kw: now - timedelta(**kw)  # noqa: E731
     return [
-        Job(
-            JOBS_CLUSTER,
-            "4123",
-            "llama-70b-pretrain",
-            "alice",
-            "NODE_FAIL",
-            "0:0",
-            (0, 1, 2, 3),
-            now - timedelta(hours=10),
-            crash,
-            "node",
-            culprit=2,
-        ),  # fmt: skip
-        Job(
-            JOBS_CLUSTER,
-            "4131",
-            "sft-ablation",
-            "bob",
-            "OUT_OF_MEMORY",
-            "0:125",
-            (0, 1),
-            now - timedelta(minutes=50),
-            now - timedelta(minutes=20),
-            "own",
-        ),  # fmt: skip
-        Job(
-            EFA_CLUSTER,
-            "77",
-            "nccl-allreduce-test",
-            "carol",
-            "FAILED",
-            "1:0",
-            (0, 1),
-            now - timedelta(minutes=25),
-            now - timedelta(minutes=12),
-            "cluster",
-        ),  # fmt: skip
-    ]
+        Job(JOBS_CLUSTER, "4123", "llama-70b-pretrain", "alice", "NODE_FAIL", "0:0", workers=(0, 1, 2, 3),
+            start=ago(hours=10), end=ago(hours=9) + timedelta(minutes=2), expected="node", culprit=2),
+        Job(JOBS_CLUSTER, "4131", "sft-ablation", "bob", "OUT_OF_MEMORY", "0:125", workers=(0, 1),
+            start=ago(minutes=50), end=ago(minutes=20), expected="own"),
+        Job(EFA_CLUSTER, "77", "nccl-allreduce-test", "carol", "FAILED", "1:0", workers=(0, 1),
+            start=ago(minutes=25), end=ago(minutes=12), expected="cluster"),
+        Job(JOBS_CLUSTER, "4140", "eval-harness", "dave", "FAILED", "1:0", workers=(0, 1),
+            start=ago(hours=6), end=ago(hours=5), expected="node", culprit=1, needs_table=True),
+    ]  # fmt: skip
 
 
 @dataclass
@@ -208,3 +184,53 @@ def register_job_nodes(ssm: Any, world: JobWorld, now: datetime) -> list[str]:
 
 def _ts(when: datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def seed_history(clients: AwsClients, world: JobWorld, now: datetime, table: str) -> str:
+    """The monitor's findings table for job 4140: worker 1's pending row remap, found by a sweep half an hour
+    before the job ended and gone after a reboot two hours after it. Returns the table's name."""
+    from hyperpod_debugger.domain.model import (
+        CheckCoverage,
+        CheckStatus,
+        ClusterRef,
+        Coverage,
+        Finding,
+        Priority,
+        Tag,
+        TriageReport,
+    )
+    from hyperpod_debugger.lifecycle.findings import plan_sweep
+    from hyperpod_debugger.store.findings import FindingStore, create_table
+
+    job = next(j for j in world.jobs if j.job_id == "4140")
+    cluster = world.clusters[job.cluster]
+    node = world.worker(job, 1)
+    create_table(clients, table)
+    store = FindingStore(clients, table)
+    remap = Finding(
+        tag=Tag.FAIL,
+        priority=Priority.P0,
+        check="probe.gpu_remap",
+        section="G.1.a",
+        cluster_arn=cluster.arn,
+        cluster_name=cluster.name,
+        instance_id=node,
+        instance_group=WORKERS,
+        message="GPU 5 has a row remap pending: reboot the node to apply it",
+        evidence=["GPU 00000000:97:00.0: Pending: Yes"],
+        node_action="reboot",
+    )
+    for when, found in ((job.end - timedelta(minutes=30), True), (job.end + timedelta(hours=2), False)):
+        report = TriageReport(
+            tool_version="0",
+            generated_at=when.isoformat(),
+            cluster=ClusterRef(name=cluster.name, arn=cluster.arn, region=cluster.region),
+            scope_node=node,
+            findings=[remap] if found else [],
+            coverage=Coverage(
+                checks=[CheckCoverage(check="probe.gpu_remap", status=CheckStatus.RAN)], probed_nodes=[node]
+            ),
+            exit_code=1 if found else 0,
+        )
+        store.apply(plan_sweep(store.open_findings(cluster.arn, include_resolved=True), report, when), when)
+    return table

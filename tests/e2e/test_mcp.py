@@ -45,7 +45,7 @@ def test_the_cli_serves_the_tools_over_stdio(account):
             return tools, section, case, wrong
 
     tools, section, case, wrong = anyio.run(talk)
-    assert len(tools.tools) == 9 and all(t.annotations.read_only_hint for t in tools.tools)
+    assert len(tools.tools) == 10 and all(t.annotations.read_only_hint for t in tools.tools)
     assert section.structured_content["text"].startswith("### I.2 Root volume space")
     assert not case.is_error, case.content
     assert "2 reboot(s) and 0 replacement(s)" in case.structured_content["markdown"]

@@ -38,6 +38,7 @@ TOOLS = {
     "get_probe_script",
     "suggested_commands",
     "draft_support_case",
+    "diagnose_job",
 }
 
 

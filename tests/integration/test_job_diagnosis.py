@@ -45,7 +45,7 @@ def _diagnose(job: job_scenarios.Job, now: datetime, **kw):
     )
 
 
-@pytest.mark.parametrize("index", [0, 1, 2], ids=["faulty-node", "own-fault", "cluster-wide"])
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["faulty-node", "own-fault", "cluster-wide"])  # without a table
 def test_each_job_gets_the_answer_its_scenario_fixes(world, index):
     world, _, now = world
     job = world.jobs[index]
@@ -109,3 +109,64 @@ def test_every_call_the_diagnosis_makes_is_in_the_policy_the_cli_prints(world):
     made = set(clients.calls) - {"sts:GetCallerIdentity"}  # needs no permission
     assert {"sagemaker:DescribeCluster", "sagemaker:ListClusterNodes", "ssm:StartSession"} <= made
     assert made <= granted, made - granted
+
+
+def test_a_fault_only_the_findings_history_knows_is_placed_with_the_table_and_unknown_without(world):
+    from hyperpod_debugger.store.findings import FindingStore
+
+    world, _, now = world
+    job = next(j for j in world.jobs if j.needs_table)
+    clients = AwsClients(REGION, max_attempts=1)
+    table = job_scenarios.seed_history(clients, world, now, "job-diagnosis-findings")
+    # without the table: nothing read on the nodes explains the exit
+    assert (_diagnose(job, now, probe=False).diagnosis or pytest.fail("no diagnosis")).kind == "own"
+    # with it: worker 1's row remap, open from half an hour before the job ended (and resolved after it)
+    request = JobRequest(cluster=job.cluster, region=REGION, job=job.job_id, now=now, probe=False, probe_options=FAST)
+    diagnosis = diagnose_job(request, clients, FindingStore(clients, table)).diagnosis
+    assert diagnosis is not None and diagnosis.kind == "node"
+    [culprit] = diagnosis.culprits
+    assert culprit.instance_id == world.worker(job, 1) and culprit.strength == "likely"
+    [placed] = culprit.evidence
+    assert placed.evidence.source == "finding" and placed.evidence.check == "probe.gpu_remap"
+    assert placed.when.endswith(", 30 min into the job")  # the sweep found it half an hour before the job ended
+    assert any("the monitor's findings history" in r for r in diagnosis.read)
+
+
+def test_the_agent_tool_gives_the_same_answer_as_the_cli(world):
+    from hyperpod_debugger.agent import tools
+
+    world, _, now = world
+    job = world.jobs[0]
+    view = tools.diagnose_job(lambda region: AwsClients(region, max_attempts=1), job.cluster, job.job_id, region=REGION)
+    assert view.kind == "node" and [c["instance_id"] for c in view.culprits] == [world.worker(job, job.culprit)]
+    with pytest.raises(tools.ToolFailure) as refused:
+        tools.diagnose_job(lambda region: AwsClients(region), job.cluster, "4123; reboot", region=REGION)
+    assert refused.value.kind == "invalid_argument"
+
+
+def test_support_case_with_a_job_drafts_the_case_for_the_culprit_with_the_jobs_context(world, capsys):
+    from hyperpod_debugger.cli.main import main
+
+    world, _, now = world
+    job = world.jobs[0]
+    assert main(["support-case", "--cluster", job.cluster, "--job", job.job_id, "--region", REGION]) == 0
+    draft = capsys.readouterr().out
+    assert f"# Draft AWS Support case: {world.worker(job, job.culprit)} in {job.cluster}" in draft
+    assert "## The training job" in draft and "Job 4123 (llama-70b-pretrain, alice) ran on 4 node(s)" in draft
+    assert "Xid 79" in draft
+    # a job whose diagnosis names no node gets no case, and says why
+    assert main(["support-case", "--cluster", job.cluster, "--job", "4131", "--region", REGION]) == 1
+    assert "names no culprit node" in capsys.readouterr().err
+
+
+def test_the_cli_prints_the_diagnosis_and_exits_by_what_it_found(world, capsys):
+    from hyperpod_debugger.cli.main import main
+
+    world, _, now = world
+    assert (
+        main(["job", "--cluster", job_scenarios.JOBS_CLUSTER, "--job", "4123", "--region", REGION, "--no-probe"]) == 1
+    )
+    assert "LIKELY CULPRIT" in capsys.readouterr().out
+    assert main(["job", "--cluster", job_scenarios.JOBS_CLUSTER, "--job", "4131", "--region", REGION, "--json"]) == 0
+    assert '"kind": "own"' in capsys.readouterr().out
+    assert main(["job", "--cluster", job_scenarios.JOBS_CLUSTER, "--job", "12;ls", "--region", REGION]) == 2

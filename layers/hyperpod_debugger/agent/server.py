@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 INSTRUCTIONS = (
     "Diagnose Amazon SageMaker HyperPod clusters and nodes, read-only. Start with triage_cluster (add node= "
     "to focus on one instance); each problem names its runbook section, which read_runbook_section explains. "
+    "When someone's training job died or hung, start from its Slurm job id with diagnose_job. "
     "For a node's past, use list_findings and node_history (the monitor's findings table). To judge output "
     "someone pasted from a node, use analyze_probe_output. Nothing here changes the cluster: when a finding "
     "suggests a reboot, a replacement or a configuration change, show the command to the person and let them "
@@ -258,6 +259,21 @@ def _add_triage_tools(shared: _Tools) -> None:
             )
         )
         return report_result(report)
+
+    @shared.tool("Why did a training job die", _READS_AWS, cluster_text=True)
+    def diagnose_job(
+        cluster: str, job: str, table: str | None = None, region: str | None = None, probe: bool = True
+    ) -> Annotated[CallToolResult, tools.JobDiagnosisView]:
+        """Start from a Slurm job id (e.g. 4123): read the job on the controller (its nodes, start, end, state,
+        exit code), then what happened to those nodes in the job's window (HyperPod's events, the health agent's
+        detections, a scoped triage probing the nodes still running, and the findings table's history when one
+        is set), and answer: the likely culprit node(s) with the evidence and the next command, a cause common
+        to all the job's nodes, or that nothing read explains it (the job's own exit), with what was read.
+        Read-only; slower with probe=true (minutes). Use it when someone says their job died or hung."""
+        diagnosis = _run(
+            lambda: tools.diagnose_job(factory, cluster, job, table or shared.table, region, probe, profile)
+        )
+        return structured_result(for_agent_model(diagnosis))
 
     @shared.tool("Judge output saved from a node", _LOCAL, cluster_text=True)
     def analyze_probe_output(

@@ -121,6 +121,28 @@ class CommandsForFinding(BaseModel):
 # --------------------------------------------------------------------------- helpers
 
 
+class JobDiagnosisView(BaseModel):
+    """Why a job died (``diagnose_job``): the answer's kind and sentence, the culprit nodes with the evidence that
+    places each fault in the job's window, what all the job's nodes share, and what was and was not read."""
+
+    kind: Literal["node", "cluster", "own", "unexplained", "running"] = Field(
+        description="node: culprit node(s) found; cluster: a cause common to the job's nodes; own: nothing on the "
+        "nodes explains it, the job's own exit is the lead; unexplained: the orchestrator blames a node nothing "
+        "read confirms; running: still running, nothing wrong read"
+    )
+    conclusion: str
+    job: dict[str, Any] = Field(description="The job as read: id, name, owner, state, exit code, reason, times, nodes.")
+    window_start: str
+    window_end: str
+    culprits: list[dict[str, Any]] = Field(
+        default_factory=list, description="Each culprit node: likely or possible, its placed evidence, next command."
+    )
+    common: list[dict[str, Any]] = Field(default_factory=list)
+    read: list[str] = Field(default_factory=list)
+    unknown: list[str] = Field(default_factory=list, description="What could not be read: neither fault nor clean.")
+    notes: list[str] = Field(default_factory=list)
+
+
 def _region(cluster: str | None, region: str | None, profile: str | None) -> str:
     from hyperpod_debugger.aws.region import region_for
 
@@ -447,3 +469,35 @@ def draft_support_case(
         return build(clients_for(chosen), cluster, node, name, datetime.now(UTC), days)
     except CaseError as exc:
         raise ToolFailure(exc.kind, str(exc)) from exc
+
+
+def diagnose_job(
+    clients_for: ClientsFactory,
+    cluster: str,
+    job: str,
+    table: str | None = None,
+    region: str | None = None,
+    probe: bool = True,
+    profile: str | None = None,
+) -> JobDiagnosisView:
+    """Why a Slurm job died: :func:`hyperpod_debugger.job_diagnosis.diagnose_job`, as the agent's tool."""
+    from hyperpod_debugger.job_diagnosis import JobRequest
+    from hyperpod_debugger.job_diagnosis import diagnose_job as run_diagnosis
+    from hyperpod_debugger.report.job import as_data
+    from hyperpod_debugger.slurm.jobs import JOB_ID
+
+    cluster = _checked(validate.cluster, cluster)
+    if not JOB_ID.match(job):
+        raise ToolFailure("invalid_argument", f"{job!r} is not a Slurm job id (4123, 4123_7 or 4123+1)")
+    chosen = _region(cluster, region, profile)
+    clients = clients_for(chosen)
+    store = None
+    if table:
+        from hyperpod_debugger.store.findings import FindingStore
+
+        store = FindingStore(clients, _checked(validate.table, table))
+    request = JobRequest(cluster=cluster, region=chosen, job=job, probe=probe)
+    run = _aws_errors(lambda: run_diagnosis(request, clients, store), chosen)
+    if run.diagnosis is None:
+        raise ToolFailure(run.error_kind or "could_not_read", run.error or "the job could not be read")
+    return JobDiagnosisView.model_validate(as_data(run.diagnosis))

@@ -1,8 +1,11 @@
-"""``hyperpod-debugger support-case --cluster C --node N``: a draft AWS Support case, printed (Markdown or JSON).
+"""``hyperpod-debugger support-case --cluster C --node N`` (or ``--job ID``): a draft AWS Support case, printed
+(Markdown or JSON).
 
 Reads only: DescribeCluster, DescribeClusterNode, ListClusterEvents (the node's, over ``--days``) and the
-monitor's findings table (the node's findings and their history). It never opens a case. What it cannot
-read (no table, an event API the cluster does not offer, a denied call) is named in the draft.
+monitor's findings table (the node's findings and their history); with ``--job``, what ``hyperpod-debugger job``
+reads too (without probing), and the case is about the node the job's diagnosis names, with the job's context.
+It never opens a case. What it cannot read (no table, an event API the cluster does not offer, a denied call)
+is named in the draft.
 """
 
 from __future__ import annotations
@@ -28,10 +31,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="print a draft AWS Support case for one node (never opens one)",
         description="Draft an AWS Support case for one node from the findings table and HyperPod's events: "
         "ids, instance type, findings with evidence and times, the reboots and replacements already tried, "
-        "and the checklist of what Support asks for. Read-only; it prints the draft and opens nothing.",
+        "and the checklist of what Support asks for; with --job, for the node a Slurm job's diagnosis names, "
+        "with the job's context. Read-only; it prints the draft and opens nothing.",
     )
     case.add_argument("--cluster", required=True, help="HyperPod cluster name or ARN")
-    case.add_argument("--node", required=True, help="the node's EC2 instance id")
+    about = case.add_mutually_exclusive_group(required=True)
+    about.add_argument("--node", help="the node's EC2 instance id")
+    about.add_argument(
+        "--job", help="a Slurm job id: the case is about the node its diagnosis names, with the job's context"
+    )
     case.add_argument("--table", default=os.environ.get(TABLE_ENV), help=f"findings table (default ${TABLE_ENV})")
     case.add_argument("--days", type=int, default=DEFAULT_DAYS, help=f"how far back to read (default {DEFAULT_DAYS})")
     case.add_argument("--region", help=REGION_HELP)
@@ -42,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_support_case(args: argparse.Namespace) -> int:
     try:
         cluster = validate.cluster(args.cluster)
-        node = validate.instance_id(args.node)
+        node = validate.instance_id(args.node) if args.node else None
         table = validate.table(args.table) if args.table else None
         if not 1 <= args.days <= 90:
             raise validate.InvalidArgument("--days must be between 1 and 90")
@@ -51,10 +59,19 @@ def cmd_support_case(args: argparse.Namespace) -> int:
         print(f"hyperpod-debugger support-case: error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     from hyperpod_debugger.aws.clients import AwsClients
+    from hyperpod_debugger.report.case_facts import build_for_job
     from hyperpod_debugger.report.support_case import render_markdown
+    from hyperpod_debugger.slurm.jobs import JOB_ID
 
+    if node is None and not JOB_ID.match(args.job):
+        print(f"hyperpod-debugger support-case: error: {args.job!r} is not a Slurm job id", file=sys.stderr)
+        return EXIT_INVALID
+    clients, now = AwsClients.for_profile(region, args.profile), datetime.now(UTC)
     try:
-        case = build(AwsClients.for_profile(region, args.profile), cluster, node, table, datetime.now(UTC), args.days)
+        if node is None:
+            case = build_for_job(clients, cluster, args.job, table, now, args.days)
+        else:
+            case = build(clients, cluster, node, table, now, args.days)
     except CaseError as exc:
         print(f"hyperpod-debugger support-case: error: {exc}", file=sys.stderr)
         return 1

@@ -97,3 +97,41 @@ def build(
     from hyperpod_debugger.report.support_case import draft
 
     return draft(gather(clients, cluster, node, table, now, days))
+
+
+def build_for_job(
+    clients: AwsClients, cluster: str, job_id: str, table: str | None, now: datetime, days: int = DEFAULT_DAYS
+) -> SupportCase:
+    """The draft for the node a Slurm job's diagnosis names as its likely culprit, with the job's context. Raises
+    :class:`CaseError` when the job cannot be read or the diagnosis names no culprit node (a case is about a
+    node; ``hyperpod-debugger job`` says what it found instead)."""
+    from hyperpod_debugger.job_diagnosis import JobRequest, diagnose_job
+    from hyperpod_debugger.report.support_case import CaseJob
+    from hyperpod_debugger.store.findings import FindingStore
+
+    store = FindingStore(clients, table) if table else None
+    run = diagnose_job(
+        JobRequest(cluster=cluster, region=clients.region, job=job_id, now=now, probe=False), clients, store
+    )
+    if run.diagnosis is None:
+        raise CaseError(run.error_kind or "could_not_read", run.error or f"job {job_id} could not be read")
+    diagnosis = run.diagnosis
+    likely = [c for c in diagnosis.culprits if c.strength == "likely"]
+    if not likely:
+        raise CaseError("no_culprit", f"the diagnosis of job {job_id} names no culprit node: {diagnosis.conclusion}")
+    culprit, job = likely[0], diagnosis.job
+    case = build(clients, cluster, culprit.instance_id, table, now, days)
+    context = CaseJob(
+        job_id=job.job_id,
+        name=job.name,
+        owner=job.owner,
+        state=job.state,
+        exit_code=job.exit_code,
+        start=job.start.isoformat() if job.start else None,
+        end=job.end.isoformat() if job.end and job.ended else None,
+        nodes=[n.instance_id or n.name for n in job.nodes],
+        conclusion=diagnosis.conclusion,
+        evidence=[f"{p.evidence.message} ({p.when})" for p in culprit.evidence],
+    )
+    subject = f"Training job {job.job_id} ended {job.state}: {case.subject}"
+    return case.model_copy(update={"job": context, "subject": subject})

@@ -73,6 +73,21 @@ class CaseFinding(BaseModel):
     evidence: list[str]
 
 
+class CaseJob(BaseModel):
+    """The job a case drafted with ``--job`` is about, and what the job diagnosis concluded."""
+
+    job_id: str
+    name: str
+    owner: str | None
+    state: str
+    exit_code: str | None
+    start: str | None
+    end: str | None
+    nodes: list[str]
+    conclusion: str
+    evidence: list[str] = Field(description="The culprit node's evidence, each with where it falls in the job")
+
+
 class SupportCase(BaseModel):
     """The draft as data (``--json``); :func:`render_markdown` prints the same for a person."""
 
@@ -94,6 +109,7 @@ class SupportCase(BaseModel):
     attempts: list[Attempt] = Field(description="Reboots and replacements HyperPod's events show, oldest first")
     checklist: list[dict[str, str | bool]] = Field(description="What Support asks for, and whether the draft has it")
     gaps: list[str]
+    job: CaseJob | None = Field(default=None, description="The training job the case is about (support-case --job)")
 
 
 def _when(moment: datetime | str | None) -> str:
@@ -239,6 +255,7 @@ def render_markdown(case: SupportCase) -> str:
     events, the finding history, Support's checklist and what the draft could not read."""
     sections = (
         _environment,
+        _the_job,
         _what_is_wrong,
         _what_was_tried,
         _hyperpod_events,
@@ -274,6 +291,25 @@ def _environment(case: SupportCase) -> list[str]:
         f"| Drafted | {case.generated_at} (looking back {case.window_days} days) |",
         "",
     ]
+
+
+def _the_job(case: SupportCase) -> list[str]:
+    """The training job the case is about, when drafted from one: what ran, how it ended, why we think so."""
+    job = case.job
+    if job is None:
+        return []
+    out = [
+        "## The training job",
+        "",
+        f"Job {_cell(job.job_id)} ({_cell(job.name) or 'no name'}, {_cell(job.owner) or 'unknown owner'}) ran on "
+        f"{len(job.nodes)} node(s) from {job.start or 'an unknown start'} to {job.end or 'now'} and ended "
+        f"{_cell(job.state)} (exit code {_cell(job.exit_code) or 'unknown'}).",
+        "",
+        f"{_cell(job.conclusion)}",
+        "",
+    ]
+    out += [f"- {_cell(line)}" for line in job.evidence]
+    return [*out, ""] if job.evidence else out
 
 
 def _what_is_wrong(case: SupportCase) -> list[str]:
