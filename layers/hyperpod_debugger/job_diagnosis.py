@@ -180,20 +180,21 @@ def _evidence(
 
 
 def _with_verdicts(diagnosis: JobDiagnosis, report: TriageReport) -> JobDiagnosis:
-    """Each culprit's next step and command from its node's verdict in the triage, where the evidence named none
-    (the ladder decides the rung from everything on the node, not from one piece of evidence)."""
+    """Each culprit's next step and commands from its node's verdict in the triage (the ladder decides the rung
+    from everything on the node, not from one piece of evidence): the suggested commands of the node's findings
+    that the verdict names, with their blast radius and IaC note."""
     verdicts = {v.instance_id: v for v in report.node_verdicts}
-    culprits = tuple(
-        replace(
-            c,
-            next_step=c.next_step or verdicts[c.instance_id].next_step,
-            next_command=c.next_command or verdicts[c.instance_id].next_command,
-        )
-        if c.instance_id in verdicts
-        else c
-        for c in diagnosis.culprits
-    )
-    return replace(diagnosis, culprits=culprits)
+    culprits = []
+    for culprit in diagnosis.culprits:
+        verdict = verdicts.get(culprit.instance_id)
+        if verdict is None:
+            culprits.append(culprit)
+            continue
+        named = {verdict.next_command, verdict.then_command} - {None}
+        offered = [c for f in report.findings if f.instance_id == culprit.instance_id for c in f.suggested_commands]
+        commands = tuple({c.command: c for c in offered if c.command in named}.values())
+        culprits.append(replace(culprit, next_step=culprit.next_step or verdict.next_step, commands=commands))
+    return replace(diagnosis, culprits=tuple(culprits))
 
 
 def _now(report: TriageReport, job: TrainingJob, now: datetime) -> list[JobEvidence]:
@@ -218,7 +219,6 @@ def _now(report: TriageReport, job: TrainingJob, now: datetime) -> list[JobEvide
                 priority=finding.priority,
                 section=finding.section,
                 next_step=verdict.next_step if verdict else finding.next_step,
-                next_command=verdict.next_command if verdict else None,
             )
         )
     return out

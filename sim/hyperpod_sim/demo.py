@@ -12,8 +12,11 @@ from datetime import UTC, datetime
 
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.domain.model import TriageReport
+from hyperpod_debugger.job_diagnosis import JobRequest, diagnose_job
+from hyperpod_debugger.report.job import render_text as render_job
 from hyperpod_debugger.report.text import render_text
 from hyperpod_debugger.triage import TriageRequest, run_triage
+from hyperpod_sim import job_scenarios
 from hyperpod_sim.fake_k8s import FakeKubernetes
 from hyperpod_sim.fake_ssm import FakeSsm
 from hyperpod_sim.monitor_demo import DEMO_PROBE, monitor_walkthrough
@@ -81,6 +84,22 @@ def _triage_both(demo: Demo, now: datetime, probe: bool) -> list[TriageReport]:
     ]
 
 
+def job_walkthrough(clients: AwsClients, ssm: FakeSsm, now: datetime) -> str:
+    """A training job that died on a faulty node, diagnosed from its Slurm job id (``hyperpod-debugger job``),
+    on a third simulated cluster seeded beside the first two."""
+    world = job_scenarios.seed_jobs(clients, now)
+    job_scenarios.register_job_nodes(ssm, world, now)
+    job = world.jobs[0]
+    run = diagnose_job(
+        JobRequest(cluster=job.cluster, region=REGION, job=job.job_id, now=now, probe_options=DEMO_PROBE), clients
+    )
+    intro = (
+        f"An ML engineer's job died overnight. They know its id, not its nodes:\n"
+        f"  hyperpod-debugger job --cluster {job.cluster} --job {job.job_id}\n\n"
+    )
+    return intro + (render_job(run.diagnosis) if run.diagnosis else f"{run.error}\n")
+
+
 def _write(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
@@ -92,7 +111,7 @@ def run_demo(json_output: bool = False, colour: bool = False, verbose: bool = Fa
     now = datetime.now(UTC)
     if not json_output:
         _write("Starting a simulated AWS account (two HyperPod clusters, no network) …\n\n")
-    with _simulated_account(now) as (clients, demo):
+    with simulated_account_and_ssm(now) as (clients, demo, ssm):
         if json_output:
             reports = _triage_both(demo, now, probe=True)
             sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in reports], indent=2) + "\n")
@@ -104,6 +123,8 @@ def run_demo(json_output: bool = False, colour: bool = False, verbose: bool = Fa
             _write(render_text(run_triage(request), colour=colour, verbose=verbose))
         _write("\n" + "=" * 100 + "\n\n")
         monitor_walkthrough(clients, demo, now, write=_write)
+        _write("\n" + "=" * 100 + "\n\n")
+        _write(job_walkthrough(clients, ssm, now))
     sys.stdout.write(
         "\nThis was a simulated account (moto, in-process) with a fake Session Manager agent on each node.\n"
         "Run the same triage against a real cluster with:\n"

@@ -68,6 +68,9 @@ def test_the_faulty_node_is_placed_by_its_health_agent_detection_inside_the_wind
     assert diagnosis is not None
     [culprit] = diagnosis.culprits
     [placed] = [p for p in culprit.evidence if p.evidence.source == "health_agent"]
+    # its next rung's commands, as the triage offers them: read-only ones to investigate first (one rung at a time)
+    assert culprit.commands and all(not c.mutates for c in culprit.commands)
+    assert all(culprit.instance_id in c.command for c in culprit.commands)
     # the scenario: the job started ten hours ago, Xid 79 an hour later, the job ended two minutes after that
     assert placed.evidence.message.startswith("the health agent detected Xid 79")
     assert placed.when.endswith("60 min into the job")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from hyperpod_debugger.domain.model import Priority, Tag
+    from hyperpod_debugger.domain.model import Priority, SuggestedCommand, Tag
 
 #: Slurm job states (``sacct``/``scontrol``) that end a job without success, and PyTorchJob's ``Failed``.
 FAILED_STATES = frozenset(
@@ -100,9 +100,8 @@ class JobEvidence:
     instant: bool = False
     priority: Priority | None = None
     section: str | None = None
-    #: the next step and command the finding's verdict names, when known
+    #: the next step the finding's verdict names, when known
     next_step: str | None = None
-    next_command: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +121,9 @@ class Culprit:
     strength: Literal["likely", "possible"]
     evidence: tuple[Placed, ...]
     next_step: str | None = None
-    next_command: str | None = None
+    #: the commands of the node's next rung (its verdict's), ids filled in: read-only ones to investigate, or
+    #: the drain and the node action with their blast radius and IaC note
+    commands: tuple[SuggestedCommand, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -205,7 +205,6 @@ def _culprits(job: TrainingJob, placed: dict[str, list[Placed]], shared: set[str
                 strength="likely" if strongest.tag is Tag.FAIL else "possible",
                 evidence=tuple(entries),
                 next_step=next((p.evidence.next_step for p in entries if p.evidence.next_step), None),
-                next_command=next((p.evidence.next_command for p in entries if p.evidence.next_command), None),
             )
         )
     found.sort(key=lambda c: (c.strength != "likely", _weight(c.evidence[0]), c.node_name))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from hyperpod_debugger.domain.sections import pointer
 from hyperpod_debugger.domain.untrusted import visible
+from hyperpod_debugger.report.text import command_lines
 
 if TYPE_CHECKING:
     from hyperpod_debugger.domain.jobs import JobDiagnosis, Placed
@@ -41,8 +42,7 @@ def render_text(diagnosis: JobDiagnosis) -> str:
         out += [f"    - {_line(p)}" for p in culprit.evidence]
         if culprit.next_step:
             out.append(f"    next: {visible(culprit.next_step)}")
-        if culprit.next_command:
-            out.append(f"    Suggested command (run this yourself): {visible(culprit.next_command)}")
+        out += [f"    {visible(line)}" for line in command_lines(list(culprit.commands))]
     if diagnosis.common:
         out += ["", "  Common to the job's nodes:"]
         out += [f"    - {_line(p)}" for p in diagnosis.common]
@@ -89,6 +89,8 @@ def _jsonable(value: Any) -> Any:
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
     if hasattr(value, "isoformat"):
         return value.isoformat()
     if hasattr(value, "value") and isinstance(value.value, str):
