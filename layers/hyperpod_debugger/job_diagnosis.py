@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from hyperpod_debugger.aws import sagemaker
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError, CredentialsError
+from hyperpod_debugger.aws.k8s_jobs import NAME, as_training_job, instance_of_node, node_evidence
 from hyperpod_debugger.checks.logs import hma_detections
 from hyperpod_debugger.domain.jobs import JobEvidence, TrainingJob
 from hyperpod_debugger.domain.model import Tag
@@ -45,8 +46,9 @@ _EVENT_TAGS = {"error": Tag.FAIL, "warn": Tag.WARN, "warning": Tag.WARN}
 class JobRequest:
     cluster: str
     region: str
-    #: the Slurm job id (``4123``, ``4123_7``)
+    #: the Slurm job id (``4123``, ``4123_7``), or ``namespace/name`` of a PyTorchJob
     job: str
+    kind: Literal["slurm", "pytorchjob"] = "slurm"
     now: datetime | None = None
     #: probe the job's nodes that still run (their kernel log, GPUs, EFA now)
     probe: bool = True
@@ -65,9 +67,11 @@ class JobRun:
 
 
 def diagnose_job(req: JobRequest, clients: AwsClients | None = None, store: FindingStore | None = None) -> JobRun:
-    """The diagnosis of one Slurm job (``store``: the monitor's findings table, for the window's history)."""
-    if not JOB_ID.match(req.job):
-        return JobRun(None, f"{req.job!r} is not a Slurm job id (4123, 4123_7 or 4123+1)", "job_not_found")
+    """The diagnosis of one Slurm job or PyTorchJob (``store``: the monitor's findings table, for the window's
+    history)."""
+    refused = refuse(req.job, req.kind)
+    if refused:
+        return JobRun(None, refused, "job_not_found")
     now = req.now or datetime.now(UTC)
     clients = clients or AwsClients(req.region)
     say = req.progress or (lambda _: None)
@@ -77,16 +81,27 @@ def diagnose_job(req: JobRequest, clients: AwsClients | None = None, store: Find
         nodes = sagemaker.list_cluster_nodes(clients, cluster)
     except (sagemaker.ClusterNotFound, ApiCallError, CredentialsError) as exc:
         return JobRun(None, f"Cannot read cluster {req.cluster!r}: {exc}", "cluster")
-    if cluster.orchestrator != "Slurm":
-        return JobRun(None, f"cluster {cluster.name} is orchestrated by {cluster.orchestrator}, not Slurm", "cluster")
-    say(f"reading job {req.job} on the Slurm controller")
-    job = _read_job(req, clients, cluster, nodes)
-    if isinstance(job, JobRun):
-        return job
+    wanted = "Slurm" if req.kind == "slurm" else "EKS"
+    if cluster.orchestrator != wanted:
+        return JobRun(
+            None, f"cluster {cluster.name} is orchestrated by {cluster.orchestrator}, not {wanted}", "cluster"
+        )
+    say(f"reading job {req.job} on the {'Slurm controller' if req.kind == 'slurm' else 'Kubernetes API'}")
+    found = (
+        _read_job(req, clients, cluster, nodes)
+        if req.kind == "slurm"
+        else _read_pytorchjob(req, clients, cluster, nodes)
+    )
+    if isinstance(found, JobRun):
+        return found
+    job, told, said_job = found
     start, _ = window(job, now)
     say(f"triaging the job's {len(job.nodes)} node(s) over its window")
     report, obs = triage_with_observation(_scoped(req, cluster, job, nodes, now, start), clients)
     evidence, read, unknown = _evidence(job, report, obs, now, start)
+    evidence += told
+    read[0:1] = said_job[:1]
+    unknown += said_job[1:]
     if store is not None:
         history, said = _history(store, cluster, job, start, now)
         evidence += history
@@ -95,7 +110,53 @@ def diagnose_job(req: JobRequest, clients: AwsClients | None = None, store: Find
     return JobRun(_with_verdicts(diagnosis, report), triage=report)
 
 
-def _read_job(req: JobRequest, clients: AwsClients, cluster: Cluster, nodes: list[ClusterNode]) -> TrainingJob | JobRun:
+def refuse(job: str, kind: str) -> str | None:
+    """Why ``job`` cannot name a job of ``kind`` (None: it can)."""
+    if kind == "slurm":
+        return None if JOB_ID.match(job) else f"{job!r} is not a Slurm job id (4123, 4123_7 or 4123+1)"
+    namespace, _, name = job.partition("/")
+    if not (NAME.match(namespace) and NAME.match(name)):
+        return f"{job!r} is not NAMESPACE/NAME of a PyTorchJob (lowercase letters, digits and '-')"
+    return None
+
+
+#: what a job reader returns: the job, the orchestrator's own evidence, and what was read (then what was not)
+_Found = tuple[TrainingJob, list[JobEvidence], list[str]]
+
+
+def _read_pytorchjob(
+    req: JobRequest, clients: AwsClients, cluster: Cluster, nodes: list[ClusterNode]
+) -> _Found | JobRun:
+    """The PyTorchJob, its pods and their events through the EKS cluster's Kubernetes API (GETs only)."""
+    from hyperpod_debugger.aws import eks
+    from hyperpod_debugger.aws.collector import Collector
+
+    namespace, _, name = req.job.partition("/")
+    collector = Collector(clients)
+    eks_arn = cluster.eks_cluster_arn or ""
+    read = collector.pytorchjob(collector.observe(lambda: eks.describe_cluster(clients, eks_arn)), namespace, name)
+    if not read.available or read.value is None:
+        if read.failure is not None and read.failure.kind == "not_found":
+            return JobRun(
+                None,
+                f"PyTorchJob {req.job} is not in the EKS cluster (or the Kubeflow training operator's PyTorchJob "
+                f"resource is not installed): {read.failure.describe()}",
+                "job_not_found",
+            )
+        return JobRun(None, f"could not read PyTorchJob {req.job}: {_why(read)}", "could_not_read")
+    known = {n.eks_name: n.instance_id for n in nodes}
+
+    def instance_of(node: str) -> str | None:
+        return instance_of_node(node, known)
+
+    job = as_training_job(read.value, namespace, name, instance_of)
+    said = [f"PyTorchJob {req.job} and its {len(read.value.pods)} pod(s) through the Kubernetes API"]
+    if not read.value.events.available:
+        said.append(f"the events of the job's pods: {_why(read.value.events)}")
+    return job, node_evidence(read.value, instance_of), said
+
+
+def _read_job(req: JobRequest, clients: AwsClients, cluster: Cluster, nodes: list[ClusterNode]) -> _Found | JobRun:
     from hyperpod_debugger.probe.pinned import ssm_runner  # the session runner: loaded when a job is read
 
     read = read_jobs(
@@ -119,7 +180,8 @@ def _read_job(req: JobRequest, clients: AwsClients, cluster: Cluster, nodes: lis
             "job_not_found",
         )
     by_name = node_instances(nodes)
-    return replace(job, nodes=tuple(replace(n, instance_id=by_name.get(n.name)) for n in job.nodes))
+    job = replace(job, nodes=tuple(replace(n, instance_id=by_name.get(n.name)) for n in job.nodes))
+    return job, [], [f"job {job.job_id} on the Slurm controller ({len(job.nodes)} node(s))"]
 
 
 def _scoped(
@@ -148,7 +210,7 @@ def _evidence(
     """HyperPod's events, the health agent's detections and what the triage finds now, as evidence; with what
     was read and what could not be, in words."""
     evidence: list[JobEvidence] = []
-    read = [f"job {job.job_id} on the Slurm controller ({len(job.nodes)} node(s))"]
+    read = [f"job {job.job_id} ({len(job.nodes)} node(s))"]
     unknown: list[str] = []
     span = f"{start:%Y-%m-%d %H:%M} to {now:%Y-%m-%d %H:%M} UTC"
     if obs is not None and obs.events.available and obs.events.value is not None:
@@ -285,6 +347,9 @@ def _parse(value: str) -> datetime | None:
 
 
 def _why(observed: Observed[Any]) -> str:
+    """Why ``observed`` has no value, with the service's own words (an RBAC message names what was denied)."""
     if observed.failure is not None:
-        return observed.failure.describe()
+        said = observed.failure.describe()
+        detail = observed.failure.message
+        return said if not detail or detail in said else f"{said}: {detail}"
     return observed.skipped or "not read"

@@ -22,9 +22,12 @@ cluster does not admit: EKS answers 401 to an IAM principal without an access en
 the roles the deployed template gives an access entry.
 
 Resources (keys of ``objects``): ``nodes``, ``namespaces`` (cluster-scoped), ``pods``, ``daemonsets``,
-``events`` (namespaced; listed per namespace or across all). Only GET exists; any other method is
-answered 405. Fault switches (sets of resource names, changeable while running): ``forbid`` (403 RBAC
-Status), ``fail`` (500), ``malformed`` (200 with a body that is not JSON).
+``events``, ``pytorchjobs`` (Kubeflow's ``kubeflow.org/v1`` PyTorchJob) (namespaced; listed per namespace or
+across all). A PyTorchJob can also be read by name (``…/namespaces/<ns>/pytorchjobs/<name>``: the object, or a
+404 NotFound Status). Lists take a ``fieldSelector`` and an equality ``labelSelector`` (``key=value``,
+comma-separated; any other form is answered 400). Only GET exists; any other method is answered 405. Fault
+switches (sets of resource names, changeable while running): ``forbid`` (403 RBAC Status), ``fail`` (500),
+``malformed`` (200 with a body that is not JSON).
 """
 
 from __future__ import annotations
@@ -66,15 +69,18 @@ __all__ = [
     "verify_token",
 ]
 
-RESOURCES = ("nodes", "namespaces", "pods", "daemonsets", "events")
+RESOURCES = ("nodes", "namespaces", "pods", "daemonsets", "events", "pytorchjobs")
 _LIST_KIND = {
     "nodes": ("v1", "NodeList"),
     "namespaces": ("v1", "NamespaceList"),
     "pods": ("v1", "PodList"),
     "daemonsets": ("apps/v1", "DaemonSetList"),
     "events": ("v1", "EventList"),
+    "pytorchjobs": ("kubeflow.org/v1", "PyTorchJobList"),
 }
-_API_GROUP = {"daemonsets": "apps"}
+#: the kind of one object of the resources that can be read by name
+_KIND = {"pytorchjobs": ("kubeflow.org/v1", "PyTorchJob")}
+_API_GROUP = {"daemonsets": "apps", "pytorchjobs": "kubeflow.org"}
 _STS_HOST = re.compile(r"^sts(\.[a-z0-9-]+)?\.amazonaws\.com(\.cn)?$")
 _MAX_TOKEN_AGE_S = 15 * 60
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -88,7 +94,15 @@ _ROUTES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^/apis/apps/v1/namespaces/(?P<ns>[a-z0-9-]+)/daemonsets$"), "daemonsets"),
     (re.compile(r"^/api/v1/events$"), "events"),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[a-z0-9-]+)/events$"), "events"),
+    (re.compile(r"^/apis/kubeflow\.org/v1/pytorchjobs$"), "pytorchjobs"),
+    (re.compile(r"^/apis/kubeflow\.org/v1/namespaces/(?P<ns>[a-z0-9-]+)/pytorchjobs$"), "pytorchjobs"),
+    (
+        re.compile(r"^/apis/kubeflow\.org/v1/namespaces/(?P<ns>[a-z0-9-]+)/pytorchjobs/(?P<name>[a-z0-9][a-z0-9.-]*)$"),
+        "pytorchjobs",
+    ),
 ]
+#: one requirement of an equality label selector: ``key=value`` or ``key==value`` (the value may be empty)
+_LABEL_EQUALS = re.compile(r"^\s*(?P<key>[A-Za-z0-9][-A-Za-z0-9_./]*)\s*==?\s*(?P<value>[-A-Za-z0-9_.]*)\s*$")
 
 
 # --------------------------------------------------------------------------- certificates
@@ -383,62 +397,75 @@ class FakeKubernetes:
     def handle(self, method: str, target: str, authorization: str | None) -> tuple[int, bytes]:
         parts = urlsplit(target)
         query = parse_qs(parts.query, keep_blank_values=True)
+        code, body = self._respond(method, parts.path, query, authorization)
+        with self._lock:
+            self.requests.append(RequestRecord(method, parts.path, query, code))
+        data = body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")
+        return code, data
 
-        def answer(code: int, body: dict[str, Any] | bytes) -> tuple[int, bytes]:
-            with self._lock:
-                self.requests.append(RequestRecord(method, parts.path, query, code))
-            data = body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")
-            return code, data
-
+    def _respond(
+        self, method: str, path: str, query: dict[str, list[str]], authorization: str | None
+    ) -> tuple[int, dict[str, Any] | bytes]:
+        """The status and body of one request: authentication, then the route, the fault switches, the read."""
         if verify_token(authorization, self.cluster_name, secret_key=self.secret_key) is not None:
-            return answer(401, _status(401, "Unauthorized", "Unauthorized"))
+            return 401, _status(401, "Unauthorized", "Unauthorized")
         if method != "GET":
-            return answer(405, _status(405, "MethodNotAllowed", f"the server does not allow this method ({method})"))
-        route = next(
-            ((pattern.match(parts.path), name) for pattern, name in _ROUTES if pattern.match(parts.path)), None
-        )
+            return 405, _status(405, "MethodNotAllowed", f"the server does not allow this method ({method})")
+        route = _route(path)
         if route is None:
-            return answer(404, _status(404, "NotFound", "the server could not find the requested resource"))
-        match, resource = route
-        namespace = match.group("ns") if match and "ns" in match.groupdict() else None
+            return 404, _status(404, "NotFound", "the server could not find the requested resource")
+        resource, namespace, name = route
         if resource in self.forbid:
-            return answer(403, self._forbidden(resource, namespace))
+            return 403, self._forbidden(resource, namespace, name)
         if resource in self.fail:
-            return answer(
-                500, _status(500, "InternalError", f"an error on the server has prevented listing {resource}")
-            )
+            verb = "listing" if name is None else "getting"
+            return 500, _status(500, "InternalError", f"an error on the server has prevented {verb} {resource}")
         if resource in self.malformed:
-            return answer(200, b"<html><body>502 Bad Gateway</body></html>")
+            return 200, b"<html><body>502 Bad Gateway</body></html>"
         items = [
             item
             for item in self.objects[resource]
             if namespace is None or item.get("metadata", {}).get("namespace") == namespace
         ]
-        selector = (query.get("fieldSelector") or [""])[0]
-        if selector:
-            try:
-                items = _field_filter(items, selector)
-            except ValueError as exc:
-                return answer(400, _status(400, "BadRequest", str(exc)))
+        if name is not None:
+            return _one(resource, name, items)
+        return self._list(resource, items, query)
+
+    def _list(
+        self, resource: str, items: list[dict[str, Any]], query: dict[str, list[str]]
+    ) -> tuple[int, dict[str, Any]]:
+        """A list response: the items the field and label selectors keep, one page of them."""
+        fields = (query.get("fieldSelector") or [""])[0]
+        labels = (query.get("labelSelector") or [""])[0]
+        try:
+            if fields:
+                items = _field_filter(items, fields)
+            if labels:
+                items = _label_filter(items, labels)
+        except ValueError as exc:
+            return 400, _status(400, "BadRequest", str(exc))
         try:
             page, more, remaining = self._page(items, query)
         except ValueError as exc:
-            return answer(410, _status(410, "Expired", str(exc)))
+            return 410, _status(410, "Expired", str(exc))
         api_version, kind = _LIST_KIND[resource]
         metadata: dict[str, Any] = {"resourceVersion": str(self._resource_version)}
         if more is not None:
             metadata["continue"] = more
             metadata["remainingItemCount"] = remaining
-        return answer(200, {"kind": kind, "apiVersion": api_version, "metadata": metadata, "items": page})
+        return 200, {"kind": kind, "apiVersion": api_version, "metadata": metadata, "items": page}
 
-    def _forbidden(self, resource: str, namespace: str | None) -> dict[str, Any]:
+    def _forbidden(self, resource: str, namespace: str | None, name: str | None = None) -> dict[str, Any]:
         group = _API_GROUP.get(resource, "")
+        qualified = f"{resource}{'.' + group if group else ''}"
         where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+        subject = qualified if name is None else f'{qualified} "{name}"'
         message = (
-            f'{resource}{"." + group if group else ""} is forbidden: User "{self.username}" cannot list resource '
+            f'{subject} is forbidden: User "{self.username}" cannot {"list" if name is None else "get"} resource '
             f'"{resource}" in API group "{group}" {where}'
         )
-        return _status(403, "Forbidden", message, {"group": group, "kind": resource})
+        details = {"group": group, "kind": resource}
+        return _status(403, "Forbidden", message, details if name is None else {"name": name, **details})
 
     def _page(self, items: list[dict[str, Any]], query: dict[str, list[str]]) -> tuple[list[Any], str | None, int]:
         limit_text = (query.get("limit") or ["0"])[0]
@@ -460,6 +487,49 @@ class FakeKubernetes:
             return items[start:], None, 0
         raw = json.dumps({"rv": self._resource_version, "start": end}).encode()
         return items[start:end], base64.urlsafe_b64encode(raw).decode().rstrip("="), len(items) - end
+
+
+def _route(path: str) -> tuple[str, str | None, str | None] | None:
+    """(resource, namespace or None, object name or None for a list) of a request path; None: no such route."""
+    for pattern, resource in _ROUTES:
+        match = pattern.match(path)
+        if match:
+            found = match.groupdict()
+            return resource, found.get("ns"), found.get("name")
+    return None
+
+
+def _one(resource: str, name: str, items: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    """GET of one object by name (among ``items``, the namespace's): the object with its kind, or 404 NotFound."""
+    found = next((item for item in items if item.get("metadata", {}).get("name") == name), None)
+    if found is None:
+        group = _API_GROUP.get(resource, "")
+        qualified = f"{resource}{'.' + group if group else ''}"
+        details = {"name": name, "group": group, "kind": resource}
+        return 404, _status(404, "NotFound", f'{qualified} "{name}" not found', details)
+    api_version, kind = _KIND[resource]
+    return 200, {"apiVersion": api_version, "kind": kind, **found}
+
+
+def _label_filter(items: list[dict[str, Any]], selector: str) -> list[dict[str, Any]]:
+    """``key=value`` / ``key==value`` requirements, comma-separated, all to hold on ``metadata.labels`` (the label
+    present with that value). The set-based forms (``!=``, ``in (…)``, ``notin``, ``key``, ``!key``) are not
+    served: ValueError, answered 400."""
+    wanted: list[tuple[str, str]] = []
+    for clause in selector.split(","):
+        match = _LABEL_EQUALS.match(clause)
+        if match is None:
+            raise ValueError(
+                f"unable to parse requirement: {clause.strip()!r}: the fake API server serves equality label "
+                "selectors only (key=value)"
+            )
+        wanted.append((match["key"], match["value"]))
+
+    def holds(item: dict[str, Any]) -> bool:
+        labels = item.get("metadata", {}).get("labels") or {}
+        return all(key in labels and labels[key] == value for key, value in wanted)
+
+    return [item for item in items if holds(item)]
 
 
 def _field_filter(items: list[dict[str, Any]], selector: str) -> list[dict[str, Any]]:

@@ -262,16 +262,24 @@ def _add_triage_tools(shared: _Tools) -> None:
 
     @shared.tool("Why did a training job die", _READS_AWS, cluster_text=True)
     def diagnose_job(
-        cluster: str, job: str, table: str | None = None, region: str | None = None, probe: bool = True
+        cluster: str,
+        job: str | None = None,
+        pytorchjob: str | None = None,
+        table: str | None = None,
+        region: str | None = None,
+        probe: bool = True,
     ) -> Annotated[CallToolResult, tools.JobDiagnosisView]:
-        """Start from a Slurm job id (e.g. 4123): read the job on the controller (its nodes, start, end, state,
-        exit code), then what happened to those nodes in the job's window (HyperPod's events, the health agent's
-        detections, a scoped triage probing the nodes still running, and the findings table's history when one
-        is set), and answer: the likely culprit node(s) with the evidence and the next command, a cause common
-        to all the job's nodes, or that nothing read explains it (the job's own exit), with what was read.
-        Read-only; slower with probe=true (minutes). Use it when someone says their job died or hung."""
+        """Start from a Slurm job id (job=4123) or a PyTorchJob (pytorchjob=NAMESPACE/NAME, on EKS): read the job
+        (its nodes, start, end, state, exit code; a PyTorchJob's pods and how each ended), then what happened to
+        those nodes in the job's window (HyperPod's events, the health agent's detections, a scoped triage
+        probing the nodes still running, and the findings table's history when one is set), and answer: the
+        likely culprit node(s) with the evidence and the next command, a cause common to all the job's nodes,
+        or that nothing read explains it (the job's own exit), with what was read. Read-only; slower with
+        probe=true (minutes). Use it when someone says their job died or hung."""
         diagnosis = _run(
-            lambda: tools.diagnose_job(factory, cluster, job, table or shared.table, region, probe, profile)
+            lambda: tools.diagnose_job(
+                factory, cluster, job, table or shared.table, region, probe, profile, pytorchjob=pytorchjob
+            )
         )
         return structured_result(for_agent_model(diagnosis))
 

@@ -474,21 +474,29 @@ def draft_support_case(
 def diagnose_job(
     clients_for: ClientsFactory,
     cluster: str,
-    job: str,
+    job: str | None = None,
     table: str | None = None,
     region: str | None = None,
     probe: bool = True,
     profile: str | None = None,
+    pytorchjob: str | None = None,
 ) -> JobDiagnosisView:
-    """Why a Slurm job died: :func:`hyperpod_debugger.job_diagnosis.diagnose_job`, as the agent's tool."""
-    from hyperpod_debugger.job_diagnosis import JobRequest
+    """Why a Slurm job or a PyTorchJob died: :func:`hyperpod_debugger.job_diagnosis.diagnose_job`, as the
+    agent's tool."""
+    from hyperpod_debugger.job_diagnosis import JobRequest, refuse
     from hyperpod_debugger.job_diagnosis import diagnose_job as run_diagnosis
     from hyperpod_debugger.report.job import as_data
-    from hyperpod_debugger.slurm.jobs import JOB_ID
 
     cluster = _checked(validate.cluster, cluster)
-    if not JOB_ID.match(job):
-        raise ToolFailure("invalid_argument", f"{job!r} is not a Slurm job id (4123, 4123_7 or 4123+1)")
+    if (job is None) == (pytorchjob is None):
+        raise ToolFailure(
+            "invalid_argument", "give exactly one of job (a Slurm job id) and pytorchjob (NAMESPACE/NAME)"
+        )
+    kind: Literal["slurm", "pytorchjob"] = "slurm" if job is not None else "pytorchjob"
+    wanted = job if job is not None else pytorchjob or ""
+    refused = refuse(wanted, kind)
+    if refused:
+        raise ToolFailure("invalid_argument", refused)
     chosen = _region(cluster, region, profile)
     clients = clients_for(chosen)
     store = None
@@ -496,7 +504,7 @@ def diagnose_job(
         from hyperpod_debugger.store.findings import FindingStore
 
         store = FindingStore(clients, _checked(validate.table, table))
-    request = JobRequest(cluster=cluster, region=chosen, job=job, probe=probe)
+    request = JobRequest(cluster=cluster, region=chosen, job=wanted, kind=kind, probe=probe)
     run = _aws_errors(lambda: run_diagnosis(request, clients, store), chosen)
     if run.diagnosis is None:
         raise ToolFailure(run.error_kind or "could_not_read", run.error or "the job could not be read")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
-from hyperpod_debugger.aws import ec2, eks, k8s, logs, quotas, sagemaker
+from hyperpod_debugger.aws import ec2, eks, k8s, k8s_jobs, logs, quotas, sagemaker
 from hyperpod_debugger.aws.errors import ApiCallError
 from hyperpod_debugger.domain.observations import (
     ApiFailure,
@@ -29,6 +29,7 @@ from hyperpod_debugger.domain.observations import (
 
 if TYPE_CHECKING:
     from hyperpod_debugger.aws.clients import AwsClients
+    from hyperpod_debugger.aws.k8s_jobs import PyTorchJobRead
     from hyperpod_debugger.domain.orchestrators import K8sPod, KubernetesObservation
 
 T = TypeVar("T")
@@ -193,6 +194,18 @@ class Collector:
         except ApiCallError as exc:
             return {name: Observed.failed(exc.failure) for name in names}
         return k8s.pods_on_nodes(cluster, token, names)
+
+    def pytorchjob(self, eks_cluster: Observed[EksCluster], namespace: str, name: str) -> Observed[PyTorchJobRead]:
+        """A PyTorchJob, its pods and their events (``hyperpod-debugger job --pytorchjob``), read like the rest."""
+        if not eks_cluster.available or eks_cluster.value is None:
+            why = eks_cluster.failure or ApiFailure(k8s.ACCESS_ACTION, "error", "the EKS cluster was not described")
+            return Observed.failed(why)
+        cluster = eks_cluster.value
+        try:
+            token = self._token(cluster)
+        except ApiCallError as exc:
+            return Observed.failed(exc.failure)
+        return k8s_jobs.read_pytorchjob(cluster, token, namespace, name)
 
     def _token(self, cluster: EksCluster) -> str:
         """The EKS token for the cluster named by the HyperPod cluster's Orchestrator (never a kube-context)."""

@@ -305,6 +305,9 @@ class KubeReader:
             raise ApiCallError(
                 ApiFailure(ACCESS_ACTION, "denied", f"Kubernetes RBAC: cannot {what}{detail}", code=code)
             )
+        if status == 404:
+            detail = server_message or "not found"
+            raise ApiCallError(ApiFailure(ACCESS_ACTION, "not_found", f"{what}: {detail}", code=code))
         if status == 410:
             raise ApiCallError(
                 ApiFailure(
@@ -384,6 +387,7 @@ def _container(status: dict[str, Any]) -> K8sContainerStatus:
     reason = detail.get("reason")
     message = detail.get("message")
     last_reason = last_terminated.get("reason")
+    code = detail.get("exitCode") if name == "terminated" else None
     return K8sContainerStatus(
         name=str(status.get("name", "")),
         ready=status.get("ready") is True,
@@ -392,6 +396,8 @@ def _container(status: dict[str, Any]) -> K8sContainerStatus:
         reason=reason if isinstance(reason, str) else None,
         message=message if isinstance(message, str) else None,
         last_terminated_reason=last_reason if isinstance(last_reason, str) else None,
+        exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+        finished_at=_time(detail.get("finishedAt")) if name == "terminated" else None,
     )
 
 
@@ -437,6 +443,8 @@ def parse_pod(obj: dict[str, Any]) -> K8sPod:
         owner_kind=str(owner["kind"]) if owner.get("kind") else None,
         owner_name=str(owner["name"]) if owner.get("name") else None,
         efa_containers=_efa_containers(spec),
+        reason=status["reason"] if isinstance(status.get("reason"), str) else None,
+        message=status["message"] if isinstance(status.get("message"), str) else None,
     )
 
 

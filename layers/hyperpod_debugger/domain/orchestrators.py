@@ -63,6 +63,9 @@ class K8sContainerStatus:
     reason: str | None
     message: str | None
     last_terminated_reason: str | None = None
+    #: a terminated container's exit code and when it ended (``state.terminated``)
+    exit_code: int | None = None
+    finished_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,9 @@ class K8sPod:
     owner_name: str | None = None
     #: the spec's containers that request EFA interfaces (§ E: their FI_* environment)
     efa_containers: tuple[K8sEfaContainer, ...] = ()
+    #: the pod's own status reason and message (``Evicted``, ``NodeLost``, ``Shutdown``…), when it has one
+    reason: str | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
