@@ -146,3 +146,24 @@ def test_the_agent_tool_takes_a_pytorchjob(world):
     assert view.kind == "node" and [c["instance_id"] for c in view.culprits] == [world.worker(job, job.culprit)]
     with pytest.raises(tools.ToolFailure):
         tools.diagnose_job(lambda region: AwsClients(region), scenario.EKS_JOBS_CLUSTER, "4123", pytorchjob="a/b")
+
+
+def test_every_aws_call_the_eks_diagnosis_makes_is_in_the_policy_the_cli_prints(world):
+    from hyperpod_debugger.aws.iam import policy_document
+
+    world, _, now = world
+    job = world.jobs[2]
+    clients = AwsClients(REGION, max_attempts=1)
+    request = JobRequest(
+        cluster=scenario.EKS_JOBS_CLUSTER,
+        region=REGION,
+        job=f"{job.namespace}/{job.name}",
+        kind="pytorchjob",
+        now=now,
+        probe_options=FAST,
+    )
+    assert diagnose_job(request, clients).diagnosis is not None
+    granted = {a for s in policy_document()["Statement"] for a in s["Action"]}
+    made = set(clients.calls) - {"sts:GetCallerIdentity"}  # needs no permission
+    assert {"sagemaker:DescribeCluster", "eks:DescribeCluster", "ssm:StartSession"} <= made
+    assert made <= granted, made - granted
