@@ -62,7 +62,7 @@ class JobRun:
 
     diagnosis: JobDiagnosis | None
     error: str | None = None
-    error_kind: Literal["job_not_found", "could_not_read", "cluster"] | None = None
+    error_kind: Literal["invalid_argument", "job_not_found", "could_not_read", "cluster"] | None = None
     triage: TriageReport | None = None
 
 
@@ -71,7 +71,7 @@ def diagnose_job(req: JobRequest, clients: AwsClients | None = None, store: Find
     history)."""
     refused = refuse(req.job, req.kind)
     if refused:
-        return JobRun(None, refused, "job_not_found")
+        return JobRun(None, refused, "invalid_argument")
     now = req.now or datetime.now(UTC)
     clients = clients or AwsClients(req.region)
     say = req.progress or (lambda _: None)

@@ -167,3 +167,16 @@ def test_every_aws_call_the_eks_diagnosis_makes_is_in_the_policy_the_cli_prints(
     made = set(clients.calls) - {"sts:GetCallerIdentity"}  # needs no permission
     assert {"sagemaker:DescribeCluster", "eks:DescribeCluster", "ssm:StartSession"} <= made
     assert made <= granted, made - granted
+
+
+def test_support_case_with_a_pytorchjob_drafts_the_culprits_case(world, capsys):
+    from hyperpod_debugger.cli.main import main
+
+    world, _, now = world
+    job = world.jobs[0]
+    args = ["support-case", "--cluster", scenario.EKS_JOBS_CLUSTER, "--region", REGION]
+    assert main([*args, "--pytorchjob", f"{job.namespace}/{job.name}"]) == 0
+    draft = capsys.readouterr().out
+    assert f"# Draft AWS Support case: {world.worker(job, job.culprit)} in {scenario.EKS_JOBS_CLUSTER}" in draft
+    assert "## The training job" in draft and f"Job {job.namespace}/{job.name}" in draft
+    assert main([*args, "--pytorchjob", "not a job"]) == 2

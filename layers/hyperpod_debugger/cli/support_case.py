@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from datetime import UTC, datetime
+from typing import Literal
 
 from hyperpod_debugger.aws.region import region_for
 from hyperpod_debugger.cli.common import PROFILE_HELP, REGION_HELP
@@ -40,6 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     about.add_argument(
         "--job", help="a Slurm job id: the case is about the node its diagnosis names, with the job's context"
     )
+    about.add_argument("--pytorchjob", help="a PyTorchJob as NAMESPACE/NAME (EKS), like --job")
     case.add_argument("--table", default=os.environ.get(TABLE_ENV), help=f"findings table (default ${TABLE_ENV})")
     case.add_argument("--days", type=int, default=DEFAULT_DAYS, help=f"how far back to read (default {DEFAULT_DAYS})")
     case.add_argument("--region", help=REGION_HELP)
@@ -59,17 +61,20 @@ def cmd_support_case(args: argparse.Namespace) -> int:
         print(f"hyperpod-debugger support-case: error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     from hyperpod_debugger.aws.clients import AwsClients
+    from hyperpod_debugger.job_diagnosis import refuse
     from hyperpod_debugger.report.case_facts import build_for_job
     from hyperpod_debugger.report.support_case import render_markdown
-    from hyperpod_debugger.slurm.jobs import JOB_ID
 
-    if node is None and not JOB_ID.match(args.job):
-        print(f"hyperpod-debugger support-case: error: {args.job!r} is not a Slurm job id", file=sys.stderr)
+    kind: Literal["slurm", "pytorchjob"] = "pytorchjob" if args.pytorchjob else "slurm"
+    job = args.job or args.pytorchjob
+    refused = refuse(job, kind) if node is None else None
+    if refused:
+        print(f"hyperpod-debugger support-case: error: {refused}", file=sys.stderr)
         return EXIT_INVALID
     clients, now = AwsClients.for_profile(region, args.profile), datetime.now(UTC)
     try:
         if node is None:
-            case = build_for_job(clients, cluster, args.job, table, now, args.days)
+            case = build_for_job(clients, cluster, job, table, now, args.days, kind=kind)
         else:
             case = build(clients, cluster, node, table, now, args.days)
     except CaseError as exc:

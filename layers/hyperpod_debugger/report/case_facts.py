@@ -6,7 +6,7 @@ and the agent interface; what it cannot read becomes a gap the draft names."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from hyperpod_debugger.report.findings import TABLE_ENV
 
@@ -100,9 +100,17 @@ def build(
 
 
 def build_for_job(
-    clients: AwsClients, cluster: str, job_id: str, table: str | None, now: datetime, days: int = DEFAULT_DAYS
+    clients: AwsClients,
+    cluster: str,
+    job_id: str,
+    table: str | None,
+    now: datetime,
+    days: int = DEFAULT_DAYS,
+    *,
+    kind: Literal["slurm", "pytorchjob"] = "slurm",
 ) -> SupportCase:
-    """The draft for the node a Slurm job's diagnosis names as its likely culprit, with the job's context. Raises
+    """The draft for the node a job's diagnosis (a Slurm job id, or a PyTorchJob's ``namespace/name``) names as
+    its likely culprit, with the job's context. Raises
     :class:`CaseError` when the job cannot be read or the diagnosis names no culprit node (a case is about a
     node; ``hyperpod-debugger job`` says what it found instead)."""
     from hyperpod_debugger.job_diagnosis import JobRequest, diagnose_job
@@ -111,7 +119,9 @@ def build_for_job(
 
     store = FindingStore(clients, table) if table else None
     run = diagnose_job(
-        JobRequest(cluster=cluster, region=clients.region, job=job_id, now=now, probe=False), clients, store
+        JobRequest(cluster=cluster, region=clients.region, job=job_id, kind=kind, now=now, probe=False),
+        clients,
+        store,
     )
     if run.diagnosis is None:
         raise CaseError(run.error_kind or "could_not_read", run.error or f"job {job_id} could not be read")
