@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
-from hyperpod_debugger.aws import ec2, eks, k8s, k8s_jobs, logs, quotas, sagemaker
+from hyperpod_debugger.aws import ec2, eks, k8s, logs, quotas, sagemaker
 from hyperpod_debugger.aws.errors import ApiCallError
 from hyperpod_debugger.domain.observations import (
     ApiFailure,
@@ -197,6 +197,8 @@ class Collector:
 
     def pytorchjob(self, eks_cluster: Observed[EksCluster], namespace: str, name: str) -> Observed[PyTorchJobRead]:
         """A PyTorchJob, its pods and their events (``hyperpod-debugger job --pytorchjob``), read like the rest."""
+        from hyperpod_debugger.aws import k8s_jobs  # the job reader: loaded by the job diagnosis only
+
         if not eks_cluster.available or eks_cluster.value is None:
             why = eks_cluster.failure or ApiFailure(k8s.ACCESS_ACTION, "error", "the EKS cluster was not described")
             return Observed.failed(why)
