@@ -28,17 +28,19 @@ Everything goes through the normal AWS APIs against moto, the fake Session Manag
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from moto.eks.models import eks_backends
-
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_sim import seed
-from hyperpod_sim.fake_k8s import _container_status, _daemonset, _hp_labels, _node, _pod
-from hyperpod_sim.scenarios import REGION, _route_table, _self_ref, _sg, _subnet
+from hyperpod_sim.fake_k8s import FakeKubernetes, _container_status, _daemonset, _hp_labels, _node, _pod
+from hyperpod_sim.fake_ssm import FakeSsm
+from hyperpod_sim.scenarios import REGION, _sg, create_eks, efa_group, private_network
 from hyperpod_sim.seed import GroupSpec, SeededCluster
+from hyperpod_sim.server import simulated_aws
 
 EKS_JOBS_CLUSTER = "ml-eks-jobs"
 EKS_NAME = f"{EKS_JOBS_CLUSTER}-eks"
@@ -137,30 +139,31 @@ def seed_eks_jobs(clients: AwsClients, now: datetime) -> EksJobWorld:
     return world
 
 
+@contextmanager
+def simulated_eks_jobs(now: datetime) -> Iterator[tuple[EksJobWorld, FakeSsm, FakeKubernetes, str]]:
+    """The jobs cluster on a simulated account: moto in-process, the fake Session Manager service with every
+    node behind it, and the fake EKS API server serving :func:`kubernetes_objects`. Yields the world, the two
+    fakes and moto's endpoint (for ``AWS_ENDPOINT_URL``; ``AWS_ENDPOINT_URL_SSM`` is ``ssm.endpoint_url``)."""
+    with (
+        simulated_aws() as endpoint,
+        FakeSsm(start_session_rate=50.0) as ssm,
+        FakeKubernetes(cluster_name=EKS_NAME) as kube,
+    ):
+        world = seed_eks_jobs(AwsClients(REGION, max_attempts=1), now)
+        register_eks_job_nodes(ssm, world, now)
+        kube.objects = kubernetes_objects(world, now)
+        seed.set_eks_api(REGION, EKS_NAME, kube.endpoint, kube.ca_data)
+        yield world, ssm, kube, endpoint
+
+
 def _cluster(clients: AwsClients, now: datetime) -> SeededCluster:
     """VPC (DNS hostnames on; private subnets routed through a NAT gateway), the nodes' security group open to
     itself both ways and the EKS control plane's admitting it on TCP 443, the EKS cluster (access entries) and
     the HyperPod cluster orchestrated by it."""
     ec2, eks, sagemaker = clients.client("ec2"), clients.client("eks"), clients.client("sagemaker")
-    vpc = ec2.create_vpc(CidrBlock="10.50.0.0/16")["Vpc"]["VpcId"]
-    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
-    public = _subnet(ec2, vpc, "10.50.0.0/24", AZ)
-    private = _subnet(ec2, vpc, "10.50.16.0/20", AZ)
-    private_b = _subnet(ec2, vpc, "10.50.32.0/20", "us-west-2b")  # EKS wants its control plane in two zones
-    igw = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
-    ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
-    _route_table(ec2, vpc, public, GatewayId=igw)
-    eip = ec2.allocate_address(Domain="vpc")["AllocationId"]
-    nat = ec2.create_nat_gateway(SubnetId=public, AllocationId=eip)["NatGateway"]["NatGatewayId"]
-    for subnet in (private, private_b):
-        _route_table(ec2, vpc, subnet, NatGatewayId=nat)
-
-    nodes_sg = _sg(ec2, vpc, f"{EKS_JOBS_CLUSTER}-nodes")
-    ec2.authorize_security_group_ingress(GroupId=nodes_sg, IpPermissions=_self_ref(nodes_sg))
-    ec2.revoke_security_group_egress(
-        GroupId=nodes_sg, IpPermissions=[{"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}]
-    )
-    ec2.authorize_security_group_egress(GroupId=nodes_sg, IpPermissions=_self_ref(nodes_sg))
+    # EKS wants its control plane in two zones
+    vpc, (private, private_b) = private_network(ec2, "10.50", (AZ, "us-west-2b"))
+    nodes_sg = efa_group(ec2, vpc, f"{EKS_JOBS_CLUSTER}-nodes")
     eks_sg = _sg(ec2, vpc, f"eks-cluster-sg-{EKS_NAME}")
     ec2.authorize_security_group_ingress(
         GroupId=eks_sg,
@@ -174,20 +177,7 @@ def _cluster(clients: AwsClients, now: datetime) -> SeededCluster:
         ],
     )
 
-    eks.create_cluster(
-        name=EKS_NAME,
-        roleArn=f"arn:aws:iam::{seed.ACCOUNT}:role/eks-cluster-role",
-        resourcesVpcConfig={"subnetIds": [private, private_b], "securityGroupIds": []},
-    )
-    moto_eks = eks_backends[seed.ACCOUNT][REGION].clusters[EKS_NAME]
-    moto_eks.resources_vpc_config = {
-        **moto_eks.resources_vpc_config,
-        "vpcId": vpc,
-        "clusterSecurityGroupId": eks_sg,
-        "endpointPublicAccess": True,
-        "endpointPrivateAccess": True,
-    }
-    seed.set_eks_access(REGION, EKS_NAME, "API_AND_CONFIG_MAP")
+    create_eks(eks, EKS_NAME, vpc, [private, private_b], eks_sg)
     return seed.create_cluster(
         sagemaker,
         REGION,

@@ -26,7 +26,7 @@ from typing import Any
 from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.slurm.parse import MARKER
 from hyperpod_sim import seed
-from hyperpod_sim.scenarios import REGION, _route_table, _self_ref, _sg, _subnet
+from hyperpod_sim.scenarios import REGION, efa_group, private_network
 from hyperpod_sim.seed import GroupSpec, SeededCluster
 from hyperpod_sim.slurm_outputs import controller_reply
 
@@ -101,23 +101,8 @@ def seed_jobs(clients: AwsClients, now: datetime) -> JobWorld:
 def _cluster(
     ec2: Any, sagemaker: Any, name: str, net: str, *, workers: int, efa_self_ingress: bool, now: datetime
 ) -> SeededCluster:
-    vpc = ec2.create_vpc(CidrBlock=f"{net}.0.0/16")["Vpc"]["VpcId"]
-    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
-    public = _subnet(ec2, vpc, f"{net}.0.0/24", "us-west-2a")
-    private = _subnet(ec2, vpc, f"{net}.16.0/20", "us-west-2a")
-    igw = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
-    ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
-    _route_table(ec2, vpc, public, GatewayId=igw)
-    eip = ec2.allocate_address(Domain="vpc")["AllocationId"]
-    nat = ec2.create_nat_gateway(SubnetId=public, AllocationId=eip)["NatGateway"]["NatGatewayId"]
-    _route_table(ec2, vpc, private, NatGatewayId=nat)
-    sg = _sg(ec2, vpc, f"{name}-efa")
-    if efa_self_ingress:
-        ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=_self_ref(sg))
-    ec2.revoke_security_group_egress(
-        GroupId=sg, IpPermissions=[{"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}]
-    )
-    ec2.authorize_security_group_egress(GroupId=sg, IpPermissions=_self_ref(sg))
+    vpc, (private,) = private_network(ec2, net)
+    sg = efa_group(ec2, vpc, f"{name}-efa", self_ingress=efa_self_ingress)
     groups = [
         GroupSpec(CONTROLLER, "ml.c5.xlarge", count=1, threads_per_core=2),
         GroupSpec(WORKERS, WORKER_TYPE, count=workers, threads_per_core=2),

@@ -50,6 +50,54 @@ def _subnet(ec2: Any, vpc_id: str, cidr: str, az: str) -> str:
     return ec2.create_subnet(VpcId=vpc_id, CidrBlock=cidr, AvailabilityZone=az)["Subnet"]["SubnetId"]
 
 
+def private_network(ec2: Any, net: str, zones: tuple[str, ...] = ("us-west-2a",)) -> tuple[str, list[str]]:
+    """A VPC ``<net>.0.0/16`` with DNS hostnames on, a public subnet holding a NAT gateway, and one private
+    subnet per zone routed through it (where HyperPod wants its nodes). Returns the VPC and the private subnets."""
+    vpc = ec2.create_vpc(CidrBlock=f"{net}.0.0/16")["Vpc"]["VpcId"]
+    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
+    public = _subnet(ec2, vpc, f"{net}.0.0/24", zones[0])
+    private = [_subnet(ec2, vpc, f"{net}.{16 * (index + 1)}.0/20", zone) for index, zone in enumerate(zones)]
+    igw = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+    ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
+    _route_table(ec2, vpc, public, GatewayId=igw)
+    eip = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    nat = ec2.create_nat_gateway(SubnetId=public, AllocationId=eip)["NatGateway"]["NatGatewayId"]
+    for subnet in private:
+        _route_table(ec2, vpc, subnet, NatGatewayId=nat)
+    return vpc, private
+
+
+def efa_group(ec2: Any, vpc_id: str, name: str, *, self_ingress: bool = True) -> str:
+    """A security group whose only traffic is to and from itself, as EFA needs (``self_ingress=False``: its
+    inbound rule lost, the § A fault)."""
+    group = _sg(ec2, vpc_id, name)
+    if self_ingress:
+        ec2.authorize_security_group_ingress(GroupId=group, IpPermissions=_self_ref(group))
+    ec2.revoke_security_group_egress(
+        GroupId=group, IpPermissions=[{"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}]
+    )
+    ec2.authorize_security_group_egress(GroupId=group, IpPermissions=_self_ref(group))
+    return group
+
+
+def create_eks(eks: Any, name: str, vpc_id: str, subnets: list[str], cluster_sg: str) -> None:
+    """An EKS cluster in moto, with the VPC fields and endpoint access moto leaves out, and access entries on."""
+    eks.create_cluster(
+        name=name,
+        roleArn=f"arn:aws:iam::{seed.ACCOUNT}:role/eks-cluster-role",
+        resourcesVpcConfig={"subnetIds": subnets, "securityGroupIds": []},
+    )
+    moto_eks = eks_backends[seed.ACCOUNT][REGION].clusters[name]
+    moto_eks.resources_vpc_config = {
+        **moto_eks.resources_vpc_config,
+        "vpcId": vpc_id,
+        "clusterSecurityGroupId": cluster_sg,
+        "endpointPublicAccess": True,
+        "endpointPrivateAccess": True,
+    }
+    seed.set_eks_access(REGION, name, "API_AND_CONFIG_MAP")
+
+
 def seed_eks_cluster(clients: AwsClients, now: datetime) -> SeededCluster:
     ec2, eks, logs = clients.client("ec2"), clients.client("eks"), clients.client("logs")
     sagemaker = clients.client("sagemaker")
@@ -94,20 +142,7 @@ def seed_eks_cluster(clients: AwsClients, now: datetime) -> SeededCluster:
     )
 
     eks_name = f"{EKS_CLUSTER}-eks"
-    eks.create_cluster(
-        name=eks_name,
-        roleArn=f"arn:aws:iam::{seed.ACCOUNT}:role/eks-cluster-role",
-        resourcesVpcConfig={"subnetIds": [isolated, public], "securityGroupIds": []},
-    )
-    moto_eks = eks_backends[seed.ACCOUNT][REGION].clusters[eks_name]
-    moto_eks.resources_vpc_config = {
-        **moto_eks.resources_vpc_config,
-        "vpcId": vpc,
-        "clusterSecurityGroupId": eks_sg,
-        "endpointPublicAccess": True,
-        "endpointPrivateAccess": True,
-    }
-    seed.set_eks_access(REGION, eks_name, "API_AND_CONFIG_MAP")
+    create_eks(eks, eks_name, vpc, [isolated, public], eks_sg)
 
     groups = [
         GroupSpec("gpu-workers", "ml.p5.48xlarge", count=4, target=6, threads_per_core=1),
@@ -234,23 +269,8 @@ def seed_eks_cluster(clients: AwsClients, now: datetime) -> SeededCluster:
 
 def seed_slurm_cluster(clients: AwsClients, now: datetime) -> SeededCluster:
     ec2, logs, sagemaker = clients.client("ec2"), clients.client("logs"), clients.client("sagemaker")
-    vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
-    ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
-    public = _subnet(ec2, vpc, "10.20.0.0/24", "us-west-2a")
-    private = _subnet(ec2, vpc, "10.20.16.0/20", "us-west-2a")
-    igw = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
-    ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
-    _route_table(ec2, vpc, public, GatewayId=igw)
-    eip = ec2.allocate_address(Domain="vpc")["AllocationId"]
-    nat = ec2.create_nat_gateway(SubnetId=public, AllocationId=eip)["NatGateway"]["NatGatewayId"]
-    _route_table(ec2, vpc, private, NatGatewayId=nat)
-
-    sg = _sg(ec2, vpc, "ml-slurm-train-efa")
-    ec2.authorize_security_group_ingress(GroupId=sg, IpPermissions=_self_ref(sg))
-    ec2.revoke_security_group_egress(
-        GroupId=sg, IpPermissions=[{"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}]
-    )
-    ec2.authorize_security_group_egress(GroupId=sg, IpPermissions=_self_ref(sg))
+    vpc, (private,) = private_network(ec2, "10.20")
+    sg = efa_group(ec2, vpc, "ml-slurm-train-efa")
 
     groups = [
         GroupSpec("controller-machine", "ml.c5.xlarge", count=1, threads_per_core=2),

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 import boto3
 import pytest
 
-from hyperpod_debugger.aws.clients import AwsClients
 from hyperpod_debugger.aws.errors import ApiCallError
 from hyperpod_debugger.aws.k8s import eks_token, open_reader
 from hyperpod_debugger.domain.observations import EksCluster
@@ -20,10 +19,8 @@ from hyperpod_debugger.triage import TriageRequest, run_triage
 from hyperpod_sim import eks_job_scenarios as scenario
 from hyperpod_sim import seed
 from hyperpod_sim.fake_k8s import FakeKubernetes
-from hyperpod_sim.fake_ssm import FakeSsm
 from hyperpod_sim.probe_docs import OLD_DRIVER
 from hyperpod_sim.scenarios import REGION
-from hyperpod_sim.server import simulated_aws
 
 FAST = ProbeOptions(rate=50.0, timeout=5.0)
 JOBS = f"/apis/kubeflow.org/v1/namespaces/{scenario.NAMESPACE}/pytorchjobs"
@@ -33,15 +30,7 @@ PODS = f"/api/v1/namespaces/{scenario.NAMESPACE}/pods"
 @pytest.fixture(scope="module")
 def _world():
     now = datetime.now(UTC)
-    with (
-        simulated_aws() as endpoint,
-        FakeSsm(start_session_rate=50.0) as ssm,
-        FakeKubernetes(cluster_name=scenario.EKS_NAME) as kube,
-    ):
-        world = scenario.seed_eks_jobs(AwsClients(REGION, max_attempts=1), now)
-        scenario.register_eks_job_nodes(ssm, world, now)
-        kube.objects = scenario.kubernetes_objects(world, now)
-        seed.set_eks_api(REGION, scenario.EKS_NAME, kube.endpoint, kube.ca_data)
+    with scenario.simulated_eks_jobs(now) as (world, ssm, kube, endpoint):
         yield world, ssm, kube, now, endpoint
 
 

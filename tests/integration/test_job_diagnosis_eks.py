@@ -14,11 +14,7 @@ from hyperpod_debugger.job_diagnosis import JobRequest, diagnose_job
 from hyperpod_debugger.probe.options import ProbeOptions
 from hyperpod_debugger.report.job import render_text
 from hyperpod_sim import eks_job_scenarios as scenario
-from hyperpod_sim import seed
-from hyperpod_sim.fake_k8s import FakeKubernetes
-from hyperpod_sim.fake_ssm import FakeSsm
 from hyperpod_sim.scenarios import REGION
-from hyperpod_sim.server import simulated_aws
 
 FAST = ProbeOptions(rate=50.0, timeout=5.0)
 
@@ -26,15 +22,7 @@ FAST = ProbeOptions(rate=50.0, timeout=5.0)
 @pytest.fixture(scope="module")
 def _world():
     now = datetime.now(UTC)
-    with (
-        simulated_aws() as endpoint,
-        FakeSsm(start_session_rate=50.0) as ssm,
-        FakeKubernetes(cluster_name=scenario.EKS_NAME) as kube,
-    ):
-        world = scenario.seed_eks_jobs(AwsClients(REGION, max_attempts=1), now)
-        scenario.register_eks_job_nodes(ssm, world, now)
-        kube.objects = scenario.kubernetes_objects(world, now)
-        seed.set_eks_api(REGION, scenario.EKS_NAME, kube.endpoint, kube.ca_data)
+    with scenario.simulated_eks_jobs(now) as (world, ssm, kube, endpoint):
         yield world, ssm, kube, now, endpoint
 
 

@@ -41,6 +41,19 @@ def node_instances(nodes: Sequence[ClusterNode]) -> dict[str, str]:
     return {n.slurm_name: n.instance_id for n in nodes if n.slurm_name}
 
 
+def _ask(run: Runner, cluster: Cluster, node: ClusterNode, command: str) -> str | ApiFailure:
+    """What ``node`` printed for ``command`` (a session through ``run``), or why it could not be asked."""
+    try:
+        target = session_target(cluster.arn, node.group, node.instance_id)
+        result = asyncio.run(_awaited(run(target, command)))
+    except TargetError as exc:
+        return ApiFailure("ssm:StartSession", "error", str(exc))
+    except SessionError as exc:
+        kind = _OUTCOME_KIND.get(exc.outcome, "error")
+        return ApiFailure("ssm:StartSession", kind, f"{node.instance_id}: {exc.message}")  # type: ignore[arg-type]
+    return result.stdout.decode("utf-8", errors="replace")
+
+
 def query_controller(
     clients: AwsClients,
     cluster: Cluster,
@@ -59,17 +72,11 @@ def query_controller(
     last_failure: ApiFailure | None = None
     first_answer: tuple[ClusterNode, dict[str, str]] | None = None
     for node in picks:
-        try:
-            target = session_target(cluster.arn, node.group, node.instance_id)
-            result = asyncio.run(_awaited(run(target, command)))
-        except TargetError as exc:
-            last_failure = ApiFailure("ssm:StartSession", "error", str(exc))
+        answer = _ask(run, cluster, node, command)
+        if isinstance(answer, ApiFailure):
+            last_failure = answer
             continue
-        except SessionError as exc:
-            kind = _OUTCOME_KIND.get(exc.outcome, "error")
-            last_failure = ApiFailure("ssm:StartSession", kind, f"{node.instance_id}: {exc.message}")  # type: ignore[arg-type]
-            continue
-        outputs = parse_query_output(result.stdout.decode("utf-8", errors="replace"))
+        outputs = parse_query_output(answer)
         if controller_up(outputs.get("ping", "")):
             controller = SlurmController(node.instance_id, node.group, "scontrol ping")
             return Observed.ok(SlurmObservation(controller, outputs, mapping))
@@ -102,17 +109,11 @@ def read_jobs(
     command = jobs_command()
     last_failure = ApiFailure("ssm:StartSession", "error", "no candidate answered")
     for node in picks:
-        try:
-            target = session_target(cluster.arn, node.group, node.instance_id)
-            result = asyncio.run(_awaited(run(target, command)))
-        except TargetError as exc:
-            last_failure = ApiFailure("ssm:StartSession", "error", str(exc))
+        answer = _ask(run, cluster, node, command)
+        if isinstance(answer, ApiFailure):
+            last_failure = answer
             continue
-        except SessionError as exc:
-            kind = _OUTCOME_KIND.get(exc.outcome, "error")
-            last_failure = ApiFailure("ssm:StartSession", kind, f"{node.instance_id}: {exc.message}")  # type: ignore[arg-type]
-            continue
-        read = parse_jobs_output(result.stdout.decode("utf-8", errors="replace"))
+        read = parse_jobs_output(answer)
         if read.live or read.history or len(read.errors) < len(JOBS_KEYS):
             return Observed.ok(read)
         last_failure = ApiFailure(
